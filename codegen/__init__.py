@@ -1,0 +1,1 @@
+"""Kernel descriptions: the op registry (numerics, shapes, work) and fused-kernel implementations."""

@@ -1,0 +1,1 @@
+"""GE-like IR, ONNX import and the generic graph passes."""

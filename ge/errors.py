@@ -1,0 +1,29 @@
+"""ATC-style errors: a code, a message with the values, and a suggested solution.
+
+Every user mistake surfaces as an `AtcError`; the CLI prints it the way ATC does and
+exits non-zero.  Codes follow ATC's families: E10xxx for parameters and inputs,
+E16xxx for graph problems found while parsing, E19999 for internal errors.
+"""
+from __future__ import annotations
+
+
+class AtcError(Exception):
+    """A user-facing error with an ATC error code."""
+
+    def __init__(self, code: str, message: str, solution: str = ""):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.solution = solution
+
+    def render(self) -> str:
+        text = f"{self.code}: {self.message}"
+        if self.solution:
+            text += f"\n        Solution: {self.solution}"
+        return text
+
+
+def invalid_param(value, param: str, reason: str, solution: str = "") -> AtcError:
+    """E10001, ATC's message for a parameter with an invalid value."""
+    return AtcError("E10001", f"Value [{value}] for parameter [{param}] is invalid. Reason: {reason}",
+                    solution or f"Try 'atc --help' for the values {param} accepts.")

@@ -1,0 +1,301 @@
+"""The GE-like intermediate representation: values, nodes, graphs.
+
+The IR is value-centric (after onnx-ir): every `Value` knows the node that produces it
+and the ordered list of (node, input index) pairs that use it.  Nodes register themselves
+as users of their inputs, so passes never edit use-lists by hand: they call
+`Node.set_input`, `Graph.replace_all_uses_with` and `Graph.remove_node`.
+
+Constants (ONNX initializers and folded results) are `Value`s with `const` set and no
+producer; the .om writer turns each into a `Const` op backed by the weights partition.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from ge.errors import AtcError
+
+Shape = tuple  # a tuple of ints once shapes are fixed; str entries mark symbolic dims
+
+
+@dataclass
+class TensorDesc:
+    """Type of a value: element dtype, shape and layout format ("NCHW" or "ND")."""
+
+    dtype: Optional[np.dtype] = None
+    shape: Optional[Shape] = None
+    format: str = "ND"
+
+    def is_static(self) -> bool:
+        return self.shape is not None and all(isinstance(d, int) and d >= 0 for d in self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape is not None else 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+class Value:
+    """An SSA value: a graph input, a constant, or the output of one node."""
+
+    __slots__ = ("name", "desc", "producer", "index", "uses", "const", "graph")
+
+    def __init__(self, name: str, desc: Optional[TensorDesc] = None, const: Optional[np.ndarray] = None):
+        self.name = name
+        self.desc = desc or TensorDesc()
+        self.producer: Optional[Node] = None
+        self.index = 0
+        self.uses: list[tuple[Node, int]] = []
+        self.const = None
+        self.graph: Optional[Graph] = None
+        if const is not None:
+            self.set_const(const)
+
+    def set_const(self, array: np.ndarray) -> None:
+        array = np.asarray(array)
+        self.const = array
+        self.desc = TensorDesc(array.dtype, tuple(int(d) for d in array.shape), self.desc.format)
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+    @property
+    def consumers(self) -> list["Node"]:
+        """Distinct consuming nodes, in use order."""
+        seen: dict[int, Node] = {}
+        for node, _ in self.uses:
+            seen.setdefault(id(node), node)
+        return list(seen.values())
+
+    @property
+    def is_graph_output(self) -> bool:
+        return self.graph is not None and any(v is self for v in self.graph.outputs)
+
+    def __repr__(self) -> str:
+        return f"Value({self.name!r}, {self.desc.dtype}, {self.desc.shape})"
+
+
+class Node:
+    """One operator.  `op_type` is an ONNX op type in canonical form (see ARCHITECTURE.md)
+    or a fused op type (e.g. ConvBNReluFusionOp).  `provenance` records the fusion pass
+    that created the node and the ONNX nodes it replaced."""
+
+    __slots__ = ("name", "op_type", "inputs", "outputs", "attrs", "provenance", "graph")
+
+    def __init__(self, op_type: str, inputs: Sequence[Optional[Value]], outputs: Sequence[Value],
+                 attrs: Optional[dict[str, Any]] = None, name: str = "",
+                 provenance: Optional[dict[str, Any]] = None):
+        self.name = name
+        self.op_type = op_type
+        self.inputs: list[Optional[Value]] = []
+        self.outputs: list[Value] = []
+        self.attrs: dict[str, Any] = dict(attrs or {})
+        self.provenance: dict[str, Any] = dict(provenance or {})
+        self.graph: Optional[Graph] = None
+        for value in inputs:
+            self.append_input(value)
+        for i, value in enumerate(outputs):
+            if value.producer is not None:
+                raise ValueError(f"value {value.name} already has producer {value.producer.name}")
+            value.producer, value.index = self, i
+            self.outputs.append(value)
+
+    def append_input(self, value: Optional[Value]) -> None:
+        self.inputs.append(value)
+        if value is not None:
+            value.uses.append((self, len(self.inputs) - 1))
+
+    def set_input(self, i: int, value: Optional[Value]) -> None:
+        old = self.inputs[i]
+        if old is not None:
+            old.uses.remove((self, i))
+        self.inputs[i] = value
+        if value is not None:
+            value.uses.append((self, i))
+
+    def drop_inputs_from(self, start: int) -> None:
+        """Remove inputs start.. (used when canonicalizing config inputs into attributes)."""
+        for i in range(len(self.inputs) - 1, start - 1, -1):
+            self.set_input(i, None)
+            self.inputs.pop()
+
+    def detach(self) -> None:
+        """Unregister from all inputs (before removal)."""
+        for i, value in enumerate(self.inputs):
+            if value is not None:
+                value.uses.remove((self, i))
+        self.inputs = [None] * len(self.inputs)
+
+    @property
+    def origin(self) -> list[str]:
+        """The ONNX node names this node stands for (itself if never fused)."""
+        return list(self.provenance.get("origin", [self.name]))
+
+    def __repr__(self) -> str:
+        return f"Node({self.op_type}, {self.name!r})"
+
+
+class Graph:
+    """A dataflow graph.  Nodes are kept in a list that passes may leave unsorted; call
+    `topological_sort()` before anything order-dependent (the .om writer does)."""
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self.nodes: list[Node] = []
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.opset: int = 0
+        self._names: set[str] = set()
+        self._counter = itertools.count()
+
+    # -- construction -------------------------------------------------------------
+    def unique_name(self, base: str) -> str:
+        name = base
+        while name in self._names:
+            name = f"{base}_{next(self._counter)}"
+        self._names.add(name)
+        return name
+
+    def reserve_names(self, names: Iterable[str]) -> None:
+        self._names.update(names)
+
+    def new_value(self, base: str, desc: Optional[TensorDesc] = None) -> Value:
+        value = Value(self.unique_name(base), desc)
+        value.graph = self
+        return value
+
+    def constant(self, base: str, array: np.ndarray) -> Value:
+        value = Value(self.unique_name(base), const=np.asarray(array))
+        value.graph = self
+        return value
+
+    def add_node(self, node: Node, before: Optional[Node] = None) -> Node:
+        if not node.name:
+            node.name = self.unique_name(node.op_type)
+        else:
+            self._names.add(node.name)
+        node.graph = self
+        for value in node.outputs:
+            value.graph = self
+            self._names.add(value.name)
+        for value in node.inputs:
+            if value is not None and value.graph is None:
+                value.graph = self
+        if before is None:
+            self.nodes.append(node)
+        else:
+            self.nodes.insert(self.nodes.index(before), node)
+        return node
+
+    def make_node(self, op_type: str, inputs: Sequence[Optional[Value]], n_outputs: int = 1,
+                  attrs: Optional[dict] = None, name: str = "", descs: Sequence[TensorDesc] = (),
+                  provenance: Optional[dict] = None, before: Optional[Node] = None) -> Node:
+        base = name or op_type
+        outputs = [self.new_value(f"{base}:{i}", descs[i] if i < len(descs) else None)
+                   for i in range(n_outputs)]
+        node = Node(op_type, inputs, outputs, attrs, name=self.unique_name(base) if not name else name,
+                    provenance=provenance)
+        return self.add_node(node, before)
+
+    def remove_node(self, node: Node) -> None:
+        """Remove a node whose outputs are no longer used."""
+        for value in node.outputs:
+            if value.uses or value.is_graph_output:
+                raise ValueError(f"cannot remove {node.name}: output {value.name} still used")
+        node.detach()
+        self.nodes.remove(node)
+        node.graph = None
+
+    def replace_all_uses_with(self, old: Value, new: Value) -> None:
+        for node, i in list(old.uses):
+            node.set_input(i, new)
+        self.outputs = [new if v is old else v for v in self.outputs]
+
+    # -- queries --------------------------------------------------------------------
+    def values(self) -> Iterator[Value]:
+        """Every value reachable from the graph: inputs, constants, node outputs."""
+        seen: set[int] = set()
+        for value in self.inputs:
+            seen.add(id(value))
+            yield value
+        for node in self.nodes:
+            for value in itertools.chain(node.inputs, node.outputs):
+                if value is not None and id(value) not in seen:
+                    seen.add(id(value))
+                    yield value
+
+    def find_node(self, name: str) -> Optional[Node]:
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def op_type_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for node in self.nodes:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+        return dict(sorted(counts.items()))
+
+    # -- order and invariants -------------------------------------------------------------
+    def topological_sort(self) -> None:
+        """Stable topological order (Kahn, ties broken by current position).  Raises
+        E19010-style AtcError on a cycle."""
+        position = {id(n): i for i, n in enumerate(self.nodes)}
+        indegree = {id(n): 0 for n in self.nodes}
+        for node in self.nodes:
+            producers = {id(v.producer) for v in node.inputs
+                         if v is not None and v.producer is not None and id(v.producer) in position}
+            indegree[id(node)] = len(producers)
+        import heapq
+        ready = [(position[id(n)], n) for n in self.nodes if indegree[id(n)] == 0]
+        heapq.heapify(ready)
+        order: list[Node] = []
+        while ready:
+            _, node = heapq.heappop(ready)
+            order.append(node)
+            successors = {id(u): u for v in node.outputs for u, _ in v.uses if id(u) in position}
+            for succ in successors.values():
+                indegree[id(succ)] -= 1
+                if indegree[id(succ)] == 0:
+                    heapq.heappush(ready, (position[id(succ)], succ))
+        if len(order) != len(self.nodes):
+            stuck = [n.name for n in self.nodes if indegree[id(n)] > 0][:5]
+            raise AtcError("E16005", f"The graph has a cycle through node(s) {stuck}.",
+                           "Check the model: an ONNX graph must be acyclic.")
+        self.nodes = order
+
+    def verify(self, require_types: bool = True) -> None:
+        """Check the invariants every pass must keep; raise AssertionError on a broken one."""
+        in_graph = {id(n) for n in self.nodes}
+        defined = {id(v) for v in self.inputs}
+        names: set[str] = set()
+        for node in self.nodes:
+            assert node.graph is self, f"{node.name}: graph back-pointer wrong"
+            assert node.name not in names, f"duplicate node name {node.name}"
+            names.add(node.name)
+            for i, value in enumerate(node.inputs):
+                if value is None:
+                    continue
+                assert (node, i) in value.uses, f"{node.name} input {i} missing from uses of {value.name}"
+                if value.producer is None:
+                    assert value.is_const or id(value) in defined, \
+                        f"{node.name} reads {value.name}, which is neither input, constant nor produced"
+                else:
+                    assert id(value.producer) in in_graph, f"{node.name} reads {value.name} of a removed node"
+                    assert id(value) in defined, f"{node.name} reads {value.name} before it is produced"
+            for i, value in enumerate(node.outputs):
+                assert value.producer is node and value.index == i, f"{value.name}: producer link wrong"
+                defined.add(id(value))
+                for user, j in value.uses:
+                    assert id(user) in in_graph, f"{value.name} used by removed node {user.name}"
+                    assert user.inputs[j] is value, f"{value.name}: stale use by {user.name}[{j}]"
+        for value in self.outputs:
+            assert id(value) in defined or value.is_const, f"graph output {value.name} is not produced"
+        if require_types:
+            for value in self.values():
+                assert value.desc.dtype is not None, f"{value.name} has no dtype"
+                assert value.desc.is_static(), f"{value.name} has no static shape: {value.desc.shape}"
