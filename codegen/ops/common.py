@@ -1,0 +1,53 @@
+"""Helpers shared by the op modules: broadcasting, axis normalization, dtype rules."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from codegen.ops.registry import TensorType, Work
+
+
+def broadcast_shape(*shapes: Sequence[int]) -> tuple:
+    """Numpy/ONNX multidirectional broadcasting of static shapes."""
+    return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ValueError(f"axis {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def normalize_axes(axes: Optional[Sequence[int]], rank: int) -> list:
+    return sorted(normalize_axis(int(a), rank) for a in (axes or []))
+
+
+def present(inputs: Sequence) -> list:
+    """The inputs that are not omitted (ONNX optional inputs are None here)."""
+    return [x for x in inputs if x is not None]
+
+
+def same_as_input(inputs: Sequence[Optional[TensorType]], attrs: dict, index: int = 0) -> list:
+    """Shape rule of unary elementwise ops."""
+    return [TensorType(np.dtype(inputs[index].dtype), tuple(inputs[index].shape))]
+
+
+def broadcast_result(inputs: Sequence[Optional[TensorType]], attrs: dict, dtype=None) -> list:
+    """Shape rule of broadcasting ops: dtype of the first input unless given."""
+    shapes = [t.shape for t in present(inputs)]
+    out_dtype = np.dtype(dtype) if dtype is not None else np.dtype(present(inputs)[0].dtype)
+    return [TensorType(out_dtype, broadcast_shape(*shapes))]
+
+
+def per_output_element(cls: str, ops_per_element: int = 1):
+    """Work rule: `ops_per_element` vector operations of class `cls` per output element."""
+
+    def work(inputs, outputs, attrs) -> Work:
+        return Work().add_vector(cls, ops_per_element * sum(t.size for t in outputs))
+
+    return work
+
+
+def no_work(inputs, outputs, attrs) -> Work:
+    return Work()
