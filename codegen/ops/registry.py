@@ -61,10 +61,12 @@ class Work:
     `vector_ops`: element operations on the vector unit by class -- ``alu`` (add, mul, max,
     compare, select, cast), ``div`` (div, sqrt, reciprocal), ``transcendental`` (exp, log,
     erf, tanh, pow), ``move`` (in-buffer data movement: transpose, gather, concat).  The chip
-    data file gives the cost of each class."""
+    data file gives the cost of each class.  `onchip_bytes`: bytes of intermediate tensors a
+    fused kernel keeps on chip (the cost model checks they fit UB/L0, else charges a spill)."""
 
     cube_macs: int = 0
     vector_ops: dict = field(default_factory=dict)
+    onchip_bytes: int = 0   # intermediates a fused kernel keeps in UB/L0 instead of global memory
 
     def add_vector(self, cls: str, count: int) -> "Work":
         assert cls in VECTOR_OP_CLASSES, cls
@@ -72,7 +74,8 @@ class Work:
         return self
 
     def __add__(self, other: "Work") -> "Work":
-        total = Work(self.cube_macs + other.cube_macs, dict(self.vector_ops))
+        total = Work(self.cube_macs + other.cube_macs, dict(self.vector_ops),
+                     self.onchip_bytes + other.onchip_bytes)
         for cls, count in other.vector_ops.items():
             total.add_vector(cls, count)
         return total

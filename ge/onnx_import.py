@@ -1,0 +1,296 @@
+"""Load an ONNX file and build the GE-like IR from it.
+
+Everything a user can get wrong about the file surfaces here as an `AtcError`: a missing or
+unreadable file, bytes that are not ONNX, external data that points outside the model's
+folder, an opset outside 13..21 that cannot be converted, unknown inputs, cycles, dynamic
+dimensions that `--input_shape` does not fix.  Attribute-vs-input differences between
+opsets are resolved later by `ge.passes.infer_and_fold` (canonical form).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ge.errors import AtcError
+from ge.ir import Graph, Node, TensorDesc, Value
+
+MIN_OPSET, MAX_OPSET = 13, 21
+_MAX_EXTERNAL_BYTES = 1 << 40
+
+
+def onnx_dtype(elem_type: int) -> np.dtype:
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        raise AtcError("E16001", f"Tensor element type {elem_type} is not supported.",
+                       "Convert the model to standard numeric types.")
+
+
+def load_model(path: str) -> onnx.ModelProto:
+    """Read and parse an ONNX file, resolving external data inside the model's folder only."""
+    if not path:
+        raise AtcError("E10004", "Value for --model is empty.", "Pass --model=<path to .onnx>.")
+    if not os.path.isfile(path):
+        raise AtcError("E10001", f"Value [{path}] for parameter [--model] is invalid. "
+                       "Reason: the file does not exist or is not a regular file.",
+                       "Check the path given to --model.")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise AtcError("E10001", f"Value [{path}] for parameter [--model] is invalid. "
+                       f"Reason: cannot read it ({exc.strerror}).", "Check the file permissions.")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as exc:  # protobuf raises DecodeError (or RuntimeWarning-like) on bad bytes
+        raise AtcError("E16001", f"Failed to parse model file [{path}] as ONNX: {exc}.",
+                       "Check that the file is a complete ONNX model (not truncated).")
+    if not model.HasField("graph") or not model.opset_import or len(model.graph.node) == 0:
+        raise AtcError("E16001", f"Model file [{path}] is not a valid ONNX model: it has no graph, "
+                       "no nodes or no opset_import.",
+                       "Check that the file is a complete ONNX model (not truncated).")
+    _load_external_data(model, os.path.dirname(os.path.abspath(path)))
+    return model
+
+
+def _load_external_data(model: onnx.ModelProto, base_dir: str) -> None:
+    """Inline external tensors after checking every path and range (never trust the file)."""
+    base_real = os.path.realpath(base_dir)
+    for tensor in _all_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        location = info.get("location", "")
+        target = os.path.realpath(os.path.join(base_real, location))
+        if not location or os.path.isabs(location) or os.path.commonpath([base_real, target]) != base_real:
+            raise AtcError("E16003", f"External data [{location}] of tensor [{tensor.name}] is outside "
+                           f"the model folder [{base_dir}].",
+                           "Keep external data files next to the model (relative paths, no '..').")
+        if not os.path.isfile(target):
+            raise AtcError("E16003", f"External data file [{location}] of tensor [{tensor.name}] "
+                           "does not exist.", "Copy the external data file next to the model.")
+        file_size = os.path.getsize(target)
+        try:
+            offset = int(info.get("offset", 0))
+            expected = int(np.prod(tensor.dims, dtype=np.int64)) * onnx_dtype(tensor.data_type).itemsize
+            length = int(info["length"]) if "length" in info else file_size - offset
+        except ValueError:
+            raise AtcError("E16003", f"External data of tensor [{tensor.name}] has a malformed "
+                           "offset or length.", "Re-export the model.")
+        if offset < 0 or length < 0 or offset + length > file_size or length > _MAX_EXTERNAL_BYTES \
+                or length != expected:
+            raise AtcError("E16003", f"External data of tensor [{tensor.name}] (offset {offset}, length "
+                           f"{length}) does not fit file [{location}] of {file_size} bytes or the "
+                           f"tensor's {expected} bytes.", "Re-export the model with its data file.")
+        with open(target, "rb") as f:
+            f.seek(offset)
+            tensor.raw_data = f.read(length)
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+
+
+def _all_tensors(model: onnx.ModelProto):
+    yield from model.graph.initializer
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield attr.t
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    raise AtcError("E16001", "The model does not import the default ONNX opset.", "Re-export the model.")
+
+
+def normalize_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Accept opsets 13..21; convert older ones up to 13 with onnx's version converter."""
+    opset = default_opset(model)
+    if MIN_OPSET <= opset <= MAX_OPSET:
+        return model
+    if opset < MIN_OPSET:
+        try:
+            from onnx import version_converter
+            return version_converter.convert_version(model, MIN_OPSET)
+        except Exception as exc:
+            raise AtcError("E16006", f"ONNX opset {opset} is not supported and conversion to opset "
+                           f"{MIN_OPSET} failed: {exc}.", f"Export the model with opset {MIN_OPSET}..{MAX_OPSET}.")
+    raise AtcError("E16006", f"ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET}).",
+                   f"Export the model with opset {MIN_OPSET}..{MAX_OPSET}.")
+
+
+def attribute_value(attr: onnx.AttributeProto):
+    """ONNX attribute -> plain Python value (str for strings, numpy arrays for tensors)."""
+    if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+        raise AtcError("E16002", f"Attribute [{attr.name}] holds a subgraph; control flow is not supported.",
+                       "Export the model without If/Loop/Scan.")
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else
+                numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in value]
+    return value
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray:
+    """The tensor of a Constant node, from whichever value_* attribute it uses."""
+    for attr in node.attribute:
+        value = attribute_value(attr)
+        if attr.name == "value":
+            return np.asarray(value)
+        if attr.name in ("value_float", "value_floats"):
+            return np.asarray(value, dtype=np.float32)
+        if attr.name in ("value_int", "value_ints"):
+            return np.asarray(value, dtype=np.int64)
+    raise AtcError("E16002", f"Constant node [{node.name}] has no supported value attribute "
+                   "(sparse and string constants are not supported).", "Re-export the model.")
+
+
+def _value_desc(value_info: onnx.ValueInfoProto) -> TensorDesc:
+    ttype = value_info.type.tensor_type
+    if not value_info.type.HasField("tensor_type"):
+        raise AtcError("E16001", f"Value [{value_info.name}] is not a tensor; sequences and maps are "
+                       "not supported.", "Export the model with tensor inputs and outputs only.")
+    shape = None
+    if ttype.HasField("shape"):
+        shape = tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                      for d in ttype.shape.dim)
+    return TensorDesc(onnx_dtype(ttype.elem_type), shape, "ND")
+
+
+def parse_input_shape(text: str) -> dict[str, list[int]]:
+    """`--input_shape "name1:1,3,224,224;name2:1,128"` -> {name: dims}."""
+    shapes: dict[str, list[int]] = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        name, sep, dims = item.rpartition(":")
+        if not sep or not name:
+            raise AtcError("E10002", f"Value [{text}] for parameter [--input_shape] is invalid. Reason: "
+                           f"[{item}] is not of the form name:d1,d2,...",
+                           'Use --input_shape="input_name1:n1,c1,h1,w1;input_name2:n2,c2,h2,w2".')
+        try:
+            parsed = [int(d) for d in dims.split(",")] if dims.strip() else []
+        except ValueError:
+            raise AtcError("E10002", f"Value [{text}] for parameter [--input_shape] is invalid. Reason: "
+                           f"dims [{dims}] of input [{name}] are not integers.",
+                           'Use --input_shape="input_name1:n1,c1,h1,w1".')
+        if any(d < -1 or d == 0 for d in parsed):
+            raise AtcError("E10011", f"Value [{text}] for parameter [--input_shape] is invalid. Reason: "
+                           f"input [{name}] has a dim that is 0 or below -1.",
+                           "Each dim must be a positive integer (-1 marks a dynamic dim).")
+        shapes[name] = parsed
+    return shapes
+
+
+def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[int]]] = None,
+                 input_format: str = "NCHW") -> Graph:
+    """Build the IR graph of an ONNX model (nodes in ONNX form; run the generic passes next)."""
+    model = normalize_opset(model)
+    onnx_graph = model.graph
+    graph = Graph(onnx_graph.name or "graph")
+    graph.opset = default_opset(model)
+    values: dict[str, Value] = {}
+
+    for init in onnx_graph.initializer:
+        values[init.name] = Value(init.name, const=numpy_helper.to_array(init))
+    graph.reserve_names(values)
+    for info in onnx_graph.input:
+        if info.name in values:  # old-style input that is also an initializer: a constant
+            continue
+        desc = _value_desc(info)
+        desc.format = input_format if desc.shape is not None and len(desc.shape) == 4 else "ND"
+        value = Value(info.name, desc)
+        graph.inputs.append(value)
+        values[info.name] = value
+    _apply_input_shapes(graph, input_shapes or {})
+    graph.reserve_names(values)
+
+    for index, onnx_node in enumerate(onnx_graph.node):
+        if onnx_node.domain not in ("", "ai.onnx"):
+            raise AtcError("E16002", f"Node [{onnx_node.name or index}] has op type "
+                           f"[{onnx_node.domain}::{onnx_node.op_type}] from a custom domain, which is not supported.",
+                           "Export the model with standard ONNX ops only.")
+        for out in onnx_node.output:
+            if out and out in values:
+                raise AtcError("E16001", f"Value [{out}] is defined twice (node [{onnx_node.name}]).",
+                               "Check the model with onnx.checker.")
+        if onnx_node.op_type == "Constant":
+            values[onnx_node.output[0]] = Value(onnx_node.output[0], const=_constant_value(onnx_node))
+            continue
+        outputs = [Value(name or f"{onnx_node.name}:unused{i}") for i, name in enumerate(onnx_node.output)]
+        for value in outputs:
+            values[value.name] = value
+        attrs = {attr.name: attribute_value(attr) for attr in onnx_node.attribute}
+        node = Node(onnx_node.op_type, [], outputs, attrs, name=onnx_node.name or "")
+        node.provenance["pending_inputs"] = list(onnx_node.input)
+        graph.add_node(node)
+        if not onnx_node.name:
+            node.name = graph.unique_name(f"{onnx_node.op_type}_{index}")
+
+    for node in graph.nodes:
+        for name in node.provenance.pop("pending_inputs"):
+            if name == "":
+                node.append_input(None)
+                continue
+            if name not in values:
+                raise AtcError("E16001", f"Input [{name}] of node [{node.name}] is not produced by any "
+                               "node, initializer or graph input.", "Check the model with onnx.checker.")
+            value = values[name]
+            if value.graph is None:
+                value.graph = graph
+            node.append_input(value)
+        node.provenance["origin"] = [node.name]
+    for value in values.values():
+        value.graph = graph
+    for info in onnx_graph.output:
+        if info.name not in values:
+            raise AtcError("E16001", f"Graph output [{info.name}] is not produced.", "Check the model.")
+        graph.outputs.append(values[info.name])
+    graph.topological_sort()
+    return graph
+
+
+def _apply_input_shapes(graph: Graph, input_shapes: dict[str, list[int]]) -> None:
+    by_name = {v.name: v for v in graph.inputs}
+    for name, dims in input_shapes.items():
+        if name not in by_name:
+            raise AtcError("E10016", f"Input parameter [--input_shape]'s opname [{name}] does not exist "
+                           f"in the model. Model inputs: {sorted(by_name)}.",
+                           "Use the input names of the model in --input_shape.")
+        value = by_name[name]
+        old = value.desc.shape
+        if old is not None and len(old) != len(dims):
+            raise AtcError("E10011", f"Value [{name}:{','.join(map(str, dims))}] for parameter "
+                           f"[--input_shape] is invalid. Reason: the model's input has rank {len(old)} "
+                           f"(shape {list(old)}), not {len(dims)}.", "Give one dim per axis of the input.")
+        if -1 in dims:
+            raise AtcError("E10011", f"Value [{name}:{','.join(map(str, dims))}] for parameter "
+                           "[--input_shape] is invalid. Reason: -1 (dynamic dim) needs --dynamic_batch_size "
+                           "or --dynamic_dims, which this build does not support.",
+                           "Give every dim a fixed size.")
+        if old is not None:
+            for axis, (was, now) in enumerate(zip(old, dims)):
+                if isinstance(was, int) and was > 0 and was != now:
+                    raise AtcError("E10011", f"Value [{name}:{','.join(map(str, dims))}] for parameter "
+                                   f"[--input_shape] is invalid. Reason: axis {axis} of the input is fixed "
+                                   f"to {was} by the model.", "Only dynamic dims can be set.")
+        value.desc.shape = tuple(dims)
+    for value in graph.inputs:
+        shape = value.desc.shape
+        if shape is None or not value.desc.is_static():
+            dims = "unknown rank" if shape is None else ",".join(str(d) if isinstance(d, int) and d > 0
+                                                                  else (str(d) if d != "?" else "-1")
+                                                                  for d in shape)
+            example = "1,3,224,224" if shape is None else ",".join(
+                str(d) if isinstance(d, int) and d > 0 else "1" for d in shape)
+            raise AtcError("E10001", f"Value [] for parameter [--input_shape] is invalid. Reason: model "
+                           f"input [{value.name}] has dynamic shape [{dims}].",
+                           f'Fix it with --input_shape="{value.name}:{example}" (your sizes).')

@@ -1,0 +1,38 @@
+"""Remove nodes that pass their input through unchanged in inference: Identity, Dropout
+(inference mode; its mask output must be unused), Cast to the dtype the input already has."""
+from __future__ import annotations
+
+import numpy as np
+
+from ge.ir import Graph, Node
+
+
+def _passthrough(node: Node) -> bool:
+    if node.op_type == "Identity":
+        return True
+    if node.op_type == "Dropout":
+        return all(not v.uses and not v.is_graph_output for v in node.outputs[1:])
+    if node.op_type == "Cast":
+        src = node.inputs[0].desc.dtype
+        return src is not None and "to" in node.attrs and node.outputs[0].desc.dtype is not None \
+            and np.dtype(src) == np.dtype(node.outputs[0].desc.dtype)
+    return False
+
+
+def run(graph: Graph) -> int:
+    removed = 0
+    for node in list(graph.nodes):
+        if not node.inputs or node.inputs[0] is None or not _passthrough(node):
+            continue
+        source, result = node.inputs[0], node.outputs[0]
+        if result.is_graph_output and (source.is_graph_output or source in graph.inputs):
+            continue  # keep a real op between an input and an output, or output names would merge
+        if result.is_graph_output:
+            # Keep the graph output's name: rename the source value instead of the output.
+            graph.replace_all_uses_with(result, source)
+            source.name, result.name = result.name, source.name
+        else:
+            graph.replace_all_uses_with(result, source)
+        graph.remove_node(node)
+        removed += 1
+    return removed

@@ -1,0 +1,126 @@
+"""Shape/dtype inference and constant folding in one topological walk.
+
+For each node, in order: (1) move constant config inputs into attributes (canonical form,
+see codegen/ops/registry.py); (2) if every data input is constant -- or the node only reads
+static shape information (Shape, Size) -- evaluate it with the registry's numpy kernel and
+turn its outputs into constants; (3) otherwise infer its output types with the registry's
+shape rule.  Folding Shape/Gather/Concat/Unsqueeze chains this way resolves the Reshape
+targets that exporters compute at run time.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from codegen.ops.registry import OpDef, TensorType, get_op
+from ge.errors import AtcError
+from ge.ir import Graph, Node, TensorDesc
+
+_SHAPE_ONLY_OPS = {"Shape", "Size"}
+# Folding these would only copy large constants into the weights; keep them as kernels.
+_MAX_FOLDED_BYTES = 64 << 20
+
+
+def op_def_for(node: Node) -> OpDef:
+    op = get_op(node.op_type)
+    if op is None:
+        raise AtcError("E16002", f"Node [{node.name}] has op type [{node.op_type}], which is not supported.",
+                       "Replace the op in the model, or check the supported op list (atc --mode=3).")
+    return op
+
+
+def canonicalize(node: Node, op: OpDef) -> None:
+    """Move constant config inputs into attributes; error if one is computed at run time."""
+    for index, attr in op.config_inputs:
+        if index >= len(node.inputs) or node.inputs[index] is None:
+            continue
+        value = node.inputs[index]
+        if not value.is_const:
+            raise AtcError("E16002", f"Input {index} ({attr}) of node [{node.name}] ({node.op_type}) is "
+                           "computed at run time; only constant values are supported.",
+                           "Give the model static shapes (--input_shape) so it can be folded.")
+        node.attrs[attr] = value.const.tolist()
+    for index, _ in sorted(op.config_inputs, reverse=True):
+        if index < len(node.inputs):
+            node.set_input(index, None)
+    while node.inputs and node.inputs[-1] is None and len(node.inputs) > _min_data_inputs(op):
+        node.drop_inputs_from(len(node.inputs) - 1)
+    if node.op_type == "Split" and "split" not in node.attrs and "num_outputs" not in node.attrs:
+        node.attrs["num_outputs"] = len(node.outputs)
+
+
+def _min_data_inputs(op: OpDef) -> int:
+    return min((index for index, _ in op.config_inputs), default=1 << 30)
+
+
+def input_types(node: Node) -> list:
+    types = []
+    for value in node.inputs:
+        if value is None:
+            types.append(None)
+            continue
+        desc = value.desc
+        if desc.dtype is None or not desc.is_static():
+            raise AtcError("E19999", f"Input [{value.name}] of node [{node.name}] has no static type.",
+                           "Report this model: the inputs of every node must be typed after import.")
+        types.append(TensorType(np.dtype(desc.dtype), tuple(desc.shape)))
+    return types
+
+
+def _foldable(node: Node, op: OpDef) -> bool:
+    data = [v for v in node.inputs if v is not None]
+    if node.op_type in _SHAPE_ONLY_OPS:
+        return True
+    return bool(data) and all(v.is_const for v in data) or (not data and node.op_type != "RandomNormal")
+
+
+def _evaluate(node: Node, op: OpDef) -> list:
+    if node.op_type in _SHAPE_ONLY_OPS:
+        types = input_types(node)
+        dummy = [np.broadcast_to(np.zeros((), t.dtype), t.shape) for t in types]
+        return op.compute(dummy, node.attrs)
+    return op.compute([v.const if v is not None else None for v in node.inputs], node.attrs)
+
+
+def run(graph: Graph) -> int:
+    folded = 0
+    for node in list(graph.nodes):
+        op = op_def_for(node)
+        canonicalize(node, op)
+        if _foldable(node, op):
+            try:
+                results = _evaluate(node, op)
+            except AtcError:
+                raise
+            except Exception as exc:
+                raise AtcError("E16004", f"Constant folding of node [{node.name}] ({node.op_type}) failed: {exc}.",
+                               "Check the node's constant inputs and attributes.")
+            if sum(np.asarray(r).nbytes for r in results) <= _MAX_FOLDED_BYTES:
+                for value, result in zip(node.outputs, results):
+                    value.producer = None
+                    value.set_const(np.ascontiguousarray(result))
+                node.outputs = []
+                node.detach()
+                graph.nodes.remove(node)
+                folded += 1
+                continue
+        try:
+            types = op.infer(input_types(node), node.attrs)
+        except AtcError:
+            raise
+        except Exception as exc:
+            raise AtcError("E16004", f"Shape inference of node [{node.name}] ({node.op_type}) failed: {exc}.",
+                           "Check the shapes of the node's inputs and its attributes.")
+        if len(types) < len(node.outputs):
+            raise AtcError("E16004", f"Node [{node.name}] ({node.op_type}) declares {len(node.outputs)} "
+                           f"outputs but produces {len(types)}.", "Check the model.")
+        for value, ttype in zip(node.outputs, types):
+            fmt = value.desc.format if value.desc.format != "ND" else _format_of(node, len(ttype.shape))
+            value.desc = TensorDesc(np.dtype(ttype.dtype), tuple(int(d) for d in ttype.shape), fmt)
+    return folded
+
+
+def _format_of(node: Node, rank: int) -> str:
+    """4-D values downstream of an NCHW input stay NCHW; everything else is ND."""
+    if rank != 4:
+        return "ND"
+    return "NCHW" if any(v is not None and v.desc.format == "NCHW" for v in node.inputs) else "ND"
