@@ -1,0 +1,479 @@
+"""Cube ops and pooling: Conv, ConvTranspose, MaxPool, AveragePool, Global*Pool, MatMul, Gemm.
+
+Convolution goes through im2col + one BLAS matmul per call (grouped convs batch their groups
+in the same matmul); depthwise convs take a tap loop of vectorised multiply-adds instead,
+because a 1-row GEMM per channel wastes BLAS.  Pooling loops over kernel taps (at most
+prod(kernel_shape) vectorised passes), never over pixels.  float16 inputs of matrix ops are
+widened to float32 for the accumulation (as the cube unit's fp32 accumulator) and the result
+is cast back to float16; pooling of float16 is computed in float32 and cast back too.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
+from ge.errors import AtcError
+
+# -- shared geometry of sliding-window ops ------------------------------------------------
+
+
+def _ints(attrs: dict, name: str, n: int, default: int) -> list:
+    value = attrs.get(name)
+    if value is None or (hasattr(value, "__len__") and len(value) == 0):
+        return [default] * n
+    value = [int(v) for v in np.atleast_1d(value)]
+    if len(value) != n:
+        raise AtcError("E16005", f"attribute [{name}] has {len(value)} values, the op has {n} "
+                       "spatial axes", "Give one value per spatial axis.")
+    return value
+
+
+def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False):
+    """Pads (begin, end) and output sizes of a sliding window op, following auto_pad.
+    For ceil_mode, the extra end padding needed by the last window is `extra`."""
+    nd = len(in_spatial)
+    strides = _ints(attrs, "strides", nd, 1)
+    dilations = _ints(attrs, "dilations", nd, 1)
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [-(-i // s) for i, s in zip(in_spatial, strides)]
+        total = [max(0, (o - 1) * s + w - i) for o, s, w, i in zip(out, strides, span, in_spatial)]
+        small = [t // 2 for t in total]
+        if auto_pad == "SAME_UPPER":
+            begin, end = small, [t - b for t, b in zip(total, small)]
+        else:
+            begin, end = [t - b for t, b in zip(total, small)], small
+    elif auto_pad in ("VALID", "NOTSET", ""):
+        pads = [0] * (2 * nd) if auto_pad == "VALID" else _ints(attrs, "pads", 2 * nd, 0)
+        begin, end = pads[:nd], pads[nd:]
+        out = []
+        for i, w, s, b, e in zip(in_spatial, span, strides, begin, end):
+            if ceil_mode:
+                o = -(-(i + b + e - w) // s) + 1
+                if (o - 1) * s >= i + b:   # last window would start in the end padding
+                    o -= 1
+            else:
+                o = (i + b + e - w) // s + 1
+            out.append(o)
+    else:
+        raise AtcError("E16005", f"auto_pad [{auto_pad}] is not supported",
+                       "Use NOTSET, SAME_UPPER, SAME_LOWER or VALID.")
+    if any(o <= 0 for o in out):
+        raise AtcError("E16005", f"window op output would be empty: input {tuple(in_spatial)}, "
+                       f"kernel {tuple(kernel)}, pads {begin + end}, strides {strides}",
+                       "Check kernel_shape, pads and strides against the input shape.")
+    extra = [max(0, (o - 1) * s + w - (i + b + e))
+             for o, s, w, i, b, e in zip(out, strides, span, in_spatial, begin, end)]
+    return begin, end, extra, out, strides, dilations
+
+
+def _pad_spatial(x: np.ndarray, begin, end, value) -> np.ndarray:
+    if not any(begin) and not any(end):
+        return x
+    widths = [(0, 0), (0, 0)] + list(zip(begin, end))
+    return np.pad(x, widths, mode="constant", constant_values=value)
+
+
+def _tap(xp: np.ndarray, offset, out, strides) -> np.ndarray:
+    """The strided view of padded input `xp` that kernel tap `offset` reads for every output."""
+    index = (slice(None), slice(None)) + tuple(
+        slice(o, o + (n - 1) * s + 1, s) for o, n, s in zip(offset, out, strides))
+    return xp[index]
+
+
+def _taps(kernel, dilations):
+    return [tuple(k * d for k, d in zip(tap, dilations))
+            for tap in itertools.product(*[range(k) for k in kernel])]
+
+
+def _windows(xp: np.ndarray, out, kernel, strides, dilations) -> np.ndarray:
+    """View (N, C, *kernel, *out) of every window of padded input `xp` (no copy)."""
+    st = xp.strides
+    nd = len(out)
+    shape = xp.shape[:2] + tuple(kernel) + tuple(out)
+    strides = st[:2] + tuple(st[2 + i] * dilations[i] for i in range(nd)) \
+        + tuple(st[2 + i] * strides[i] for i in range(nd))
+    return np.lib.stride_tricks.as_strided(xp, shape, strides, writeable=False)
+
+
+def _compute_dtype(dtype):
+    """float16 is widened to float32 for the arithmetic (the cube's fp32 accumulator)."""
+    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+
+
+def _bias_shape(nd: int):
+    return (-1,) + (1,) * nd
+
+
+# -- Conv ------------------------------------------------------------------------------------
+
+
+def _conv_check(x_shape, w_shape, group):
+    if len(x_shape) < 3 or len(w_shape) != len(x_shape):
+        raise AtcError("E16005", f"Conv input rank {len(x_shape)} and weight rank {len(w_shape)} "
+                       "must be equal and at least 3", "Use NCW, NCHW or NCDHW data.")
+    if x_shape[1] != w_shape[1] * group or w_shape[0] % group:
+        raise AtcError("E16005", f"Conv channels do not match: input C={x_shape[1]}, weight "
+                       f"{tuple(w_shape)}, group={group}",
+                       "Weight must be [C_out, C_in/group, k...] with C_out divisible by group.")
+
+
+def conv_compute(inputs, attrs):
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    group = int(attrs.get("group", 1))
+    _conv_check(x.shape, w.shape, group)
+    out_dtype = x.dtype
+    ct = _compute_dtype(x.dtype)
+    x, w = x.astype(ct, copy=False), w.astype(ct, copy=False)
+    nd = x.ndim - 2
+    kernel = list(w.shape[2:])
+    begin, end, _, out, strides, dilations = _window_geometry(x.shape[2:], kernel, attrs)
+    n, c = x.shape[:2]
+    cout = w.shape[0]
+    cg, mg = c // group, cout // group
+    p = math.prod(out)
+    xp = _pad_spatial(x, begin, end, 0)
+    if group > 1 and cg == 1:
+        # Depthwise: one multiply-add pass per kernel tap over all channels at once.
+        wt = w.reshape(group, mg, -1)                            # (C, m, K)
+        y = np.zeros((n, group, mg) + tuple(out), dtype=ct)
+        tmp = np.empty_like(y)
+        wshape = (1, group, mg) + (1,) * nd
+        for t, offset in enumerate(_taps(kernel, dilations)):
+            view = _tap(xp, offset, out, strides)[:, :, None]
+            np.multiply(view, wt[:, :, t].reshape(wshape), out=tmp)
+            y += tmp
+        y = y.reshape((n, cout) + tuple(out))
+    else:
+        if all(k == 1 for k in kernel):
+            cols = _tap(xp, [0] * nd, out, strides).reshape(n, group, cg, p)
+        else:
+            win = _windows(xp, out, kernel, strides, dilations)     # (N, C, *k, *out)
+            cols = win.reshape(n, group, cg * math.prod(kernel), p)  # im2col copy
+        y = np.matmul(w.reshape(group, mg, -1), cols)                # (N, G, Mg, P) via BLAS
+        y = y.reshape((n, cout) + tuple(out))
+    if b is not None:
+        y += b.astype(ct, copy=False).reshape(_bias_shape(nd))
+    return [y.astype(out_dtype, copy=False)]
+
+
+def conv_infer(inputs, attrs):
+    x, w = inputs[0], inputs[1]
+    group = int(attrs.get("group", 1))
+    _conv_check(x.shape, w.shape, group)
+    *_, out, _, _ = _window_geometry(x.shape[2:], list(w.shape[2:]), attrs)
+    return [TensorType(np.dtype(x.dtype), (x.shape[0], w.shape[0]) + tuple(out))]
+
+
+def conv_work(inputs, outputs, attrs):
+    w = inputs[1]
+    macs = outputs[0].size * math.prod(w.shape[1:])     # N*Cout*out * Cin/group * prod(k)
+    work = Work(cube_macs=macs)
+    if len(inputs) > 2 and inputs[2] is not None:
+        work.add_vector("alu", outputs[0].size)
+    return work
+
+
+register(OpDef("Conv", OpKind.OUT_EWISE_FUSABLE, conv_compute, conv_infer, conv_work,
+               ge_type="Conv2D"))
+
+
+# -- ConvTranspose ---------------------------------------------------------------------------
+
+
+def _convt_geometry(in_spatial, w_shape, attrs):
+    nd = len(in_spatial)
+    kernel = list(w_shape[2:])
+    strides = _ints(attrs, "strides", nd, 1)
+    dilations = _ints(attrs, "dilations", nd, 1)
+    opad = _ints(attrs, "output_padding", nd, 0)
+    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    full = [(i - 1) * s + w + op for i, s, w, op in zip(in_spatial, strides, span, opad)]
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    output_shape = attrs.get("output_shape")
+    if output_shape is not None and len(output_shape) or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if output_shape is not None and len(output_shape):
+            out = [int(v) for v in list(output_shape)[-nd:]]
+        else:
+            out = [i * s for i, s in zip(in_spatial, strides)]
+        total = [max(0, f - o) for f, o in zip(full, out)]
+        # ONNX: SAME_UPPER puts the odd pad at the end, anything else at the start.
+        if auto_pad == "SAME_UPPER":
+            begin = [t // 2 for t in total]
+        else:
+            begin = [t - t // 2 for t in total]
+    else:
+        pads = [0] * (2 * nd) if auto_pad == "VALID" else _ints(attrs, "pads", 2 * nd, 0)
+        begin = pads[:nd]
+        out = [f - b - e for f, b, e in zip(full, pads[:nd], pads[nd:])]
+    return kernel, strides, dilations, begin, out, full
+
+
+def conv_transpose_compute(inputs, attrs):
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    group = int(attrs.get("group", 1))
+    out_dtype = x.dtype
+    ct = _compute_dtype(x.dtype)
+    x, w = x.astype(ct, copy=False), w.astype(ct, copy=False)
+    nd = x.ndim - 2
+    n, c = x.shape[:2]
+    in_spatial = list(x.shape[2:])
+    kernel, strides, dilations, begin, out, full = _convt_geometry(in_spatial, w.shape, attrs)
+    cg, mg = c // group, w.shape[1]
+    cout = mg * group
+    k = math.prod(kernel)
+    # cols[n, g, m, t, p] = sum_c w[g, c, m, t] * x[n, g, c, p]   (one BLAS matmul)
+    wg = w.reshape(group, cg, mg * k).transpose(0, 2, 1)
+    cols = np.matmul(wg, x.reshape(n, group, cg, -1)).reshape((n, cout, k) + tuple(in_spatial))
+    size = [max(f, bb + o) for f, bb, o in zip(full, begin, out)]
+    y = np.zeros((n, cout) + tuple(size), dtype=ct)
+    for t, offset in enumerate(_taps(kernel, dilations)):   # col2im: one scatter-add per tap
+        _tap(y, offset, in_spatial, strides)[...] += cols[:, :, t]
+    y = y[(slice(None), slice(None)) + tuple(slice(bb, bb + o) for bb, o in zip(begin, out))]
+    if b is not None:
+        y = y + b.astype(ct, copy=False).reshape(_bias_shape(nd))
+    return [np.ascontiguousarray(y).astype(out_dtype, copy=False)]
+
+
+def conv_transpose_infer(inputs, attrs):
+    x, w = inputs[0], inputs[1]
+    group = int(attrs.get("group", 1))
+    *_, out, _ = _convt_geometry(list(x.shape[2:]), w.shape, attrs)
+    return [TensorType(np.dtype(x.dtype), (x.shape[0], w.shape[1] * group) + tuple(out))]
+
+
+def conv_transpose_work(inputs, outputs, attrs):
+    x, w = inputs[0], inputs[1]
+    group, k = int(attrs.get("group", 1)), math.prod(w.shape[2:])
+    macs = x.size * w.shape[1] * k                  # every input pixel scatters Mg*K products
+    adds = x.size // x.shape[1] * w.shape[1] * group * k   # col2im: one add per column entry
+    work = Work(cube_macs=macs).add_vector("alu", adds)
+    if len(inputs) > 2 and inputs[2] is not None:
+        work.add_vector("alu", outputs[0].size)
+    return work
+
+
+register(OpDef("ConvTranspose", OpKind.OUT_EWISE_FUSABLE, conv_transpose_compute,
+               conv_transpose_infer, conv_transpose_work, ge_type="Deconvolution"))
+
+
+# -- Pooling ---------------------------------------------------------------------------------
+
+
+def _pool_kernel(attrs, nd):
+    kernel = attrs.get("kernel_shape")
+    if kernel is None or len(kernel) != nd:
+        raise AtcError("E16005", f"pooling needs kernel_shape with {nd} values, got {kernel}",
+                       "Set kernel_shape on the pooling node.")
+    return [int(k) for k in kernel]
+
+
+def _pool_geometry(x_shape, attrs):
+    nd = len(x_shape) - 2
+    kernel = _pool_kernel(attrs, nd)
+    return (kernel,) + _window_geometry(x_shape[2:], kernel, attrs,
+                                        ceil_mode=bool(attrs.get("ceil_mode", 0)))
+
+
+def _lowest(dtype):
+    dtype = np.dtype(dtype)
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def max_pool_compute(inputs, attrs):
+    x = inputs[0]
+    # Only output 0 (Y) is produced; storage_order only affects the Indices output.
+    kernel, begin, end, extra, out, strides, dilations = _pool_geometry(x.shape, attrs)
+    ct = _compute_dtype(x.dtype)
+    xp = _pad_spatial(x.astype(ct, copy=False), begin, [e + a for e, a in zip(end, extra)],
+                      _lowest(ct))
+    y = None
+    for offset in _taps(kernel, dilations):
+        view = _tap(xp, offset, out, strides)
+        y = view.copy() if y is None else np.maximum(y, view, out=y)
+    return [y.astype(x.dtype, copy=False)]
+
+
+def average_pool_compute(inputs, attrs):
+    x = inputs[0]
+    kernel, begin, end, extra, out, strides, dilations = _pool_geometry(x.shape, attrs)
+    ct = _compute_dtype(x.dtype)
+    end_all = [e + a for e, a in zip(end, extra)]
+    xp = _pad_spatial(x.astype(ct, copy=False), begin, end_all, 0)
+    # Divisor: pool a mask of the positions that count (input, plus explicit pads if
+    # count_include_pad; the ceil_mode extension never counts).
+    spatial = tuple(x.shape[2:])
+    if int(attrs.get("count_include_pad", 0)):
+        mask = np.ones((1, 1) + tuple(i + b + e for i, b, e in zip(spatial, begin, end)), ct)
+        mask = _pad_spatial(mask, [0] * len(spatial), extra, 0)
+    else:
+        mask = _pad_spatial(np.ones((1, 1) + spatial, ct), begin, end_all, 0)
+    y = np.zeros(x.shape[:2] + tuple(out), ct)
+    count = np.zeros((1, 1) + tuple(out), ct)
+    for offset in _taps(kernel, dilations):
+        y += _tap(xp, offset, out, strides)
+        count += _tap(mask, offset, out, strides)
+    y /= count
+    return [y.astype(x.dtype, copy=False)]
+
+
+def pool_infer(inputs, attrs):
+    x = inputs[0]
+    out = _pool_geometry(x.shape, attrs)[4]
+    return [TensorType(np.dtype(x.dtype), tuple(x.shape[:2]) + tuple(out))]
+
+
+def max_pool_work(inputs, outputs, attrs):
+    k = math.prod(_pool_kernel(attrs, len(inputs[0].shape) - 2))
+    return Work().add_vector("alu", outputs[0].size * max(k - 1, 1))
+
+
+def average_pool_work(inputs, outputs, attrs):
+    k = math.prod(_pool_kernel(attrs, len(inputs[0].shape) - 2))
+    return Work().add_vector("alu", outputs[0].size * k).add_vector("div", outputs[0].size)
+
+
+# Windowed pools are OUT_EWISE_FUSABLE as in TVM: they may absorb an elementwise tail.
+register(OpDef("MaxPool", OpKind.OUT_EWISE_FUSABLE, max_pool_compute, pool_infer,
+               max_pool_work, ge_type="MaxPoolV3"))
+register(OpDef("AveragePool", OpKind.OUT_EWISE_FUSABLE, average_pool_compute, pool_infer,
+               average_pool_work, ge_type="AvgPool"))
+
+
+def _global_axes(x):
+    return tuple(range(2, x.ndim))
+
+
+def global_avg_compute(inputs, attrs):
+    x = inputs[0]
+    y = np.mean(x, axis=_global_axes(x), keepdims=True, dtype=_compute_dtype(x.dtype))
+    return [y.astype(x.dtype, copy=False)]
+
+
+def global_max_compute(inputs, attrs):
+    x = inputs[0]
+    return [np.max(x, axis=_global_axes(x), keepdims=True)]
+
+
+def global_infer(inputs, attrs):
+    x = inputs[0]
+    return [TensorType(np.dtype(x.dtype), tuple(x.shape[:2]) + (1,) * (len(x.shape) - 2))]
+
+
+def global_avg_work(inputs, outputs, attrs):
+    return Work().add_vector("alu", inputs[0].size).add_vector("div", outputs[0].size)
+
+
+def global_max_work(inputs, outputs, attrs):
+    return Work().add_vector("alu", inputs[0].size)
+
+
+# Global pools reduce all spatial axes: REDUCE, so an elementwise chain may end in them.
+register(OpDef("GlobalAveragePool", OpKind.REDUCE, global_avg_compute, global_infer,
+               global_avg_work))
+register(OpDef("GlobalMaxPool", OpKind.REDUCE, global_max_compute, global_infer,
+               global_max_work))
+
+
+# -- MatMul / Gemm ---------------------------------------------------------------------------
+
+
+def matmul_shape(a, b) -> tuple:
+    """numpy.matmul's output shape, including 1-D promotion and batch broadcasting."""
+    a, b = tuple(a), tuple(b)
+    if not a or not b:
+        raise AtcError("E16005", "MatMul inputs must have rank >= 1", "Check the MatMul inputs.")
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise AtcError("E16005", f"MatMul inner dimensions differ: {a} x {b}",
+                       "The last axis of A must equal the second-to-last axis of B.")
+    try:
+        batch = tuple(int(d) for d in np.broadcast_shapes(a2[:-2], b2[:-2]))
+    except ValueError:
+        raise AtcError("E16005", f"MatMul batch dimensions do not broadcast: {a} x {b}",
+                       "Make the leading axes of A and B broadcastable.") from None
+    shape = batch + (a2[-2], b2[-1])
+    if len(a) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(b) == 1:
+        shape = shape[:-1]
+    return shape
+
+
+def matmul_compute(inputs, attrs):
+    a, b = inputs[0], inputs[1]
+    ct = _compute_dtype(a.dtype)
+    y = np.matmul(a.astype(ct, copy=False), b.astype(ct, copy=False))
+    return [np.asarray(y).astype(a.dtype, copy=False)]
+
+
+def matmul_infer(inputs, attrs):
+    return [TensorType(np.dtype(inputs[0].dtype), matmul_shape(inputs[0].shape, inputs[1].shape))]
+
+
+def matmul_work(inputs, outputs, attrs):
+    return Work(cube_macs=outputs[0].size * int(inputs[0].shape[-1]))
+
+
+register(OpDef("MatMul", OpKind.OUT_EWISE_FUSABLE, matmul_compute, matmul_infer, matmul_work,
+               ge_type="BatchMatMul"))
+
+
+def _gemm_dims(a_shape, b_shape, attrs):
+    if len(a_shape) != 2 or len(b_shape) != 2:
+        raise AtcError("E16005", f"Gemm needs 2-D A and B, got {tuple(a_shape)} and "
+                       f"{tuple(b_shape)}", "Use MatMul for other ranks.")
+    m, k = a_shape[::-1] if int(attrs.get("transA", 0)) else a_shape
+    k2, n = b_shape[::-1] if int(attrs.get("transB", 0)) else b_shape
+    if k != k2:
+        raise AtcError("E16005", f"Gemm inner dimensions differ: {k} vs {k2}",
+                       "Check transA/transB and the shapes of A and B.")
+    return int(m), int(k), int(n)
+
+
+def gemm_compute(inputs, attrs):
+    a, b = inputs[0], inputs[1]
+    c = inputs[2] if len(inputs) > 2 else None
+    _gemm_dims(a.shape, b.shape, attrs)
+    ct = _compute_dtype(a.dtype)
+    a, b2 = a.astype(ct, copy=False), b.astype(ct, copy=False)
+    if int(attrs.get("transA", 0)):
+        a = a.T
+    if int(attrs.get("transB", 0)):
+        b2 = b2.T
+    y = a @ b2
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+    if alpha != 1.0:
+        y *= ct.type(alpha)
+    if c is not None:
+        c = c.astype(ct, copy=False)
+        y += c if beta == 1.0 else c * ct.type(beta)
+    return [y.astype(inputs[0].dtype, copy=False)]
+
+
+def gemm_infer(inputs, attrs):
+    m, _, n = _gemm_dims(inputs[0].shape, inputs[1].shape, attrs)
+    return [TensorType(np.dtype(inputs[0].dtype), (m, n))]
+
+
+def gemm_work(inputs, outputs, attrs):
+    m, k, n = _gemm_dims(inputs[0].shape, inputs[1].shape, attrs)
+    work = Work(cube_macs=m * k * n)
+    if float(attrs.get("alpha", 1.0)) != 1.0:
+        work.add_vector("alu", m * n)
+    if len(inputs) > 2 and inputs[2] is not None:
+        work.add_vector("alu", m * n * (1 if float(attrs.get("beta", 1.0)) == 1.0 else 2))
+    return work
+
+
+register(OpDef("Gemm", OpKind.OUT_EWISE_FUSABLE, gemm_compute, gemm_infer, gemm_work,
+               ge_type="GemmD"))

@@ -1,0 +1,216 @@
+"""Conv, pooling, MatMul and Gemm kernels against onnxruntime on one-node models."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from codegen.ops.registry import TensorType, get_op
+from ge.errors import AtcError
+
+RNG = np.random.default_rng(0)
+
+
+def run_ort(op_type, inputs, attrs=None, opset=18, n_outputs=1):
+    """Run one ONNX node in onnxruntime; `inputs` is a list of arrays (None = omitted)."""
+    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
+    graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype),
+                                                  x.shape)
+                    for n, x in zip(names, inputs) if x is not None]
+    outs = [f"out{i}" for i in range(n_outputs)]
+    node = helper.make_node(op_type, names, outs, **(attrs or {}))
+    graph = helper.make_graph([node], "g", graph_inputs,
+                              [onnx.ValueInfoProto(name=o)
+                               for o in outs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    feeds = {n: x for n, x in zip(names, inputs) if x is not None}
+    return sess.run(None, feeds)
+
+
+def check(op_type, inputs, attrs=None, opset=18, rtol=1e-5, atol=1e-6, fp16=True):
+    """Compare compute and infer with onnxruntime; repeat in float16 against the fp32 result."""
+    op = get_op(op_type)
+    expected = run_ort(op_type, inputs, attrs, opset)
+    got = op.compute(inputs, dict(attrs or {}))
+    types = [TensorType(x.dtype, x.shape) if x is not None else None for x in inputs]
+    inferred = op.infer(types, dict(attrs or {}))
+    assert len(got) == len(expected)
+    for g, e, t in zip(got, expected, inferred):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        assert np.dtype(t.dtype) == e.dtype and tuple(t.shape) == e.shape
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
+    if fp16 and inputs[0].dtype == np.float32:
+        half = [x.astype(np.float16) if x is not None else None for x in inputs]
+        got16 = op.compute(half, dict(attrs or {}))
+        ref = run_ort(op_type, [x.astype(np.float32) if x is not None else None for x in half],
+                      attrs, opset)
+        for g, e in zip(got16, ref):
+            assert g.dtype == np.float16
+            scale = max(1.0, float(np.abs(e).max()))
+            np.testing.assert_allclose(g.astype(np.float32), e, rtol=1e-2, atol=1e-2 * scale)
+    return got
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+# -- Conv --------------------------------------------------------------------------------------
+
+CONV_CASES = [
+    # (x shape, w shape, bias, attrs)
+    ((1, 3, 9, 9), (4, 3, 3, 3), True, {}),
+    ((2, 3, 9, 8), (4, 3, 3, 3), False, {"pads": [1, 1, 1, 1]}),
+    ((1, 4, 10, 10), (6, 4, 3, 3), True, {"strides": [2, 2], "pads": [1, 0, 2, 1]}),
+    ((1, 4, 11, 11), (6, 4, 3, 2), True, {"dilations": [2, 1], "strides": [1, 2]}),
+    ((1, 4, 7, 7), (8, 2, 3, 3), True, {"group": 2, "pads": [1, 1, 1, 1]}),
+    ((2, 4, 7, 7), (4, 1, 3, 3), True, {"group": 4, "pads": [1, 1, 1, 1]}),        # depthwise
+    ((1, 4, 8, 8), (8, 1, 5, 5), False, {"group": 4, "strides": [2, 2],           # multiplier 2
+                                         "auto_pad": "SAME_UPPER"}),
+    ((1, 3, 8, 7), (4, 3, 3, 3), True, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 3, 8, 7), (4, 3, 4, 4), True, {"auto_pad": "SAME_LOWER", "strides": [2, 3]}),
+    ((1, 3, 8, 7), (4, 3, 3, 3), True, {"auto_pad": "VALID"}),
+    ((1, 8, 6, 6), (5, 8, 1, 1), True, {}),                                        # 1x1
+    ((1, 8, 7, 7), (5, 8, 1, 1), False, {"strides": [2, 2]}),                      # 1x1 stride 2
+    ((2, 3, 12), (4, 3, 3), True, {"pads": [2, 1], "strides": [2]}),               # 1-D
+    ((1, 3, 10), (6, 1, 3), True, {"group": 3, "dilations": [2]}),                 # 1-D depthwise
+    ((1, 2, 5, 6, 5), (3, 2, 3, 2, 3), True, {"pads": [1, 0, 1, 1, 1, 0]}),        # 3-D
+]
+
+
+@pytest.mark.parametrize("xs,ws,bias,attrs", CONV_CASES)
+def test_conv(xs, ws, bias, attrs):
+    inputs = [rand(*xs), rand(*ws)] + ([rand(ws[0])] if bias else [])
+    check("Conv", inputs, attrs, rtol=1e-4, atol=1e-5)
+
+
+def test_conv_work_counts_macs():
+    op = get_op("Conv")
+    x, w = TensorType(np.float32, (2, 4, 8, 8)), TensorType(np.float32, (6, 2, 3, 3))
+    attrs = {"group": 2, "pads": [1, 1, 1, 1]}
+    out = op.infer([x, w], attrs)
+    assert out[0].shape == (2, 6, 8, 8)
+    assert op.work([x, w], out, attrs).cube_macs == 2 * 6 * 8 * 8 * 2 * 3 * 3
+
+
+def test_conv_channel_mismatch_is_atc_error():
+    with pytest.raises(AtcError):
+        get_op("Conv").infer([TensorType(np.float32, (1, 3, 8, 8)),
+                              TensorType(np.float32, (4, 2, 3, 3))], {})
+
+
+CONVT_CASES = [
+    ((1, 3, 5, 5), (3, 4, 3, 3), True, {}),
+    ((1, 3, 5, 4), (3, 2, 3, 3), False, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((2, 3, 4, 4), (3, 2, 4, 4), True, {"strides": [2, 2], "pads": [1, 1, 1, 1],
+                                        "output_padding": [1, 0]}),
+    ((1, 2, 4, 4), (2, 2, 3, 3), True, {"strides": [2, 2], "dilations": [2, 1]}),
+    ((1, 4, 4, 4), (4, 2, 3, 3), True, {"group": 2, "strides": [2, 2]}),
+    ((1, 3, 4, 5), (3, 2, 3, 3), True, {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ((1, 3, 4, 5), (3, 2, 4, 3), True, {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
+    ((1, 3, 4, 5), (3, 2, 3, 3), True, {"strides": [2, 2], "output_shape": [9, 10]}),
+]
+
+
+@pytest.mark.parametrize("xs,ws,bias,attrs", CONVT_CASES)
+def test_conv_transpose(xs, ws, bias, attrs):
+    inputs = [rand(*xs), rand(*ws)] + ([rand(ws[1] * attrs.get("group", 1))] if bias else [])
+    check("ConvTranspose", inputs, attrs, rtol=1e-4, atol=1e-5)
+
+
+# -- Pooling -----------------------------------------------------------------------------------
+
+POOL_CASES = [
+    ((1, 2, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ((2, 3, 9, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 2, 10, 9), {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ((1, 2, 10, 9), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                     "ceil_mode": 1}),
+    ((1, 2, 7, 7), {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 2, 8, 7), {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER"}),
+    ((1, 2, 8, 7), {"kernel_shape": [3, 3], "auto_pad": "VALID", "strides": [2, 1]}),
+    ((1, 2, 9, 9), {"kernel_shape": [2, 2], "dilations": [2, 2], "pads": [1, 0, 1, 0]}),
+    ((1, 3, 11), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    ((1, 2, 5, 6, 5), {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2]}),
+]
+
+
+@pytest.mark.parametrize("xs,attrs", POOL_CASES)
+def test_max_pool(xs, attrs):
+    check("MaxPool", [rand(*xs)], attrs)
+
+
+def test_max_pool_int8():
+    x = RNG.integers(-128, 127, (1, 2, 6, 6)).astype(np.int8)
+    check("MaxPool", [x], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})
+
+
+@pytest.mark.parametrize("xs,attrs", POOL_CASES)
+@pytest.mark.parametrize("include", [0, 1])
+def test_average_pool(xs, attrs, include):
+    attrs = dict(attrs, count_include_pad=include)
+    check("AveragePool", [rand(*xs)], attrs, opset=19)
+
+
+@pytest.mark.parametrize("xs", [(1, 3, 5, 6), (2, 4, 7), (1, 2, 3, 4, 5)])
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pool(op, xs):
+    check(op, [rand(*xs)], {})
+
+
+# -- MatMul / Gemm -----------------------------------------------------------------------------
+
+MATMUL_SHAPES = [
+    ((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)),
+    ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (3, 4, 6)), ((5, 4), (2, 4, 3)), ((2, 3, 4), (4,)),
+]
+
+
+@pytest.mark.parametrize("a,b", MATMUL_SHAPES)
+def test_matmul(a, b):
+    check("MatMul", [rand(*a), rand(*b)], {}, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_int_and_work():
+    a = RNG.integers(-5, 5, (2, 3, 4)).astype(np.int32)
+    b = RNG.integers(-5, 5, (4, 6)).astype(np.int32)
+    check("MatMul", [a, b], {})
+    op = get_op("MatMul")
+    ta, tb = TensorType(np.float32, (2, 3, 4)), TensorType(np.float32, (4, 6))
+    assert op.work([ta, tb], op.infer([ta, tb], {}), {}).cube_macs == 2 * 3 * 4 * 6
+
+
+def test_matmul_mismatch_is_atc_error():
+    with pytest.raises(AtcError):
+        get_op("MatMul").infer([TensorType(np.float32, (3, 4)), TensorType(np.float32, (5, 2))], {})
+
+
+GEMM_CASES = [
+    ((3, 4), (4, 5), None, {}),
+    ((4, 3), (4, 5), (5,), {"transA": 1}),
+    ((3, 4), (5, 4), (3, 5), {"transB": 1, "alpha": 0.5, "beta": 2.0}),
+    ((4, 3), (5, 4), (3, 1), {"transA": 1, "transB": 1, "beta": -1.0}),
+    ((3, 4), (4, 5), (), {"alpha": 3.0}),
+    ((3, 4), (4, 5), (1, 5), {}),
+]
+
+
+@pytest.mark.parametrize("a,b,c,attrs", GEMM_CASES)
+def test_gemm(a, b, c, attrs):
+    inputs = [rand(*a), rand(*b)] + ([] if c is None else [rand(*c)])
+    check("Gemm", inputs, attrs, opset=13, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_work():
+    op = get_op("Gemm")
+    ts = [TensorType(np.float32, (8, 16)), TensorType(np.float32, (32, 16)),
+          TensorType(np.float32, (32,))]
+    out = op.infer(ts, {"transB": 1})
+    assert out[0].shape == (8, 32)
+    work = op.work(ts, out, {"transB": 1})
+    assert work.cube_macs == 8 * 16 * 32 and work.vector_ops["alu"] == 8 * 32
