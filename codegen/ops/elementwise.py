@@ -1,0 +1,315 @@
+"""Unary, binary and variadic elementwise ONNX ops: numpy kernels, shape rules, work counts.
+
+Float16 policy: transcendental and composite unary ops (Sigmoid, Exp, Gelu, ...) and Pow,
+Mean compute in float32 and cast the result back to float16 (the vector unit's fp16 kernels
+keep fp32 intermediates); single-instruction ops (Add, Mul, Max, Relu, Abs, ...) compute in
+float16 directly, which numpy rounds exactly like an fp32 op followed by a cast.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from codegen.ops.common import broadcast_result, no_work, present, same_as_input
+from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
+from ge.errors import AtcError
+
+# ONNX TensorProto element types numpy can represent (Cast's "to" attribute).
+ONNX_TO_NUMPY = {
+    1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
+    7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64,
+}
+
+
+def bad_attr(op_type: str, attr: str, value, reason: str) -> AtcError:
+    """E16004: a node attribute the converter cannot honour (a graph problem, not a CLI one)."""
+    return AtcError("E16004", f"Op [{op_type}] has attribute [{attr}] = [{value}] which is invalid. "
+                    f"Reason: {reason}",
+                    f"Fix the {op_type} node in the ONNX model or re-export it.")
+
+
+def _is_float(dtype) -> bool:
+    return np.issubdtype(np.dtype(dtype), np.floating)
+
+
+def upcast(x: np.ndarray) -> np.ndarray:
+    """float16 -> float32 for kernels that keep fp32 intermediates; other dtypes unchanged."""
+    return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+# ---------------------------------------------------------------------------------------
+# erf without scipy: Taylor series near 0 (full relative precision), Chebyshev erfc beyond.
+
+_ERF_TAYLOR_TERMS = 40
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Vectorised erf in float64 (relative error ~1e-12 for |x|<=2.5, absolute <1e-9 beyond)."""
+    x = np.asarray(x, dtype=np.float64)
+    small = np.abs(x) <= 2.5
+    xs = np.where(small, x, 0.0)
+    x2 = xs * xs
+    term = xs.copy()
+    total = xs.copy()
+    for n in range(1, _ERF_TAYLOR_TERMS):       # loop over series terms, not elements
+        term = term * (-x2) / n
+        total = total + term / (2 * n + 1)
+    taylor = total * (2.0 / np.sqrt(np.pi))
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = (-1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
+        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
+            -0.82215223 + t * 0.17087277)))))))))
+    with np.errstate(over="ignore", under="ignore"):
+        erfc = t * np.exp(-z * z + poly)        # Numerical Recipes erfcc, fractional err < 1.2e-7
+    tail = np.sign(x) * (1.0 - erfc)
+    return np.where(small, taylor, tail)
+
+
+# ---------------------------------------------------------------------------------------
+# Registration helpers
+
+def _work(**per_element: int):
+    """Work rule: the given vector-op counts per output element."""
+
+    def work(inputs, outputs, attrs) -> Work:
+        n = sum(t.size for t in outputs)
+        w = Work()
+        for cls, count in per_element.items():
+            w.add_vector(cls, count * n)
+        return w
+
+    return work
+
+
+def _unary(op_type: str, fn: Callable, work, ge_type: str = "", fp32_inside: bool = True,
+           out_dtype=None, kind: OpKind = OpKind.ELEMWISE) -> None:
+    """Register a one-input op; `fn(x, attrs)` sees float32 for float16 data if fp32_inside."""
+
+    def compute(inputs, attrs):
+        x = inputs[0]
+        y = np.asarray(fn(upcast(x) if fp32_inside else x, attrs))
+        return [y.astype(out_dtype if out_dtype is not None else x.dtype, copy=False)]
+
+    def infer(inputs, attrs):
+        if out_dtype is None:
+            return same_as_input(inputs, attrs)
+        return [TensorType(np.dtype(out_dtype), tuple(inputs[0].shape))]
+
+    register(OpDef(op_type=op_type, kind=kind, compute=compute, infer=infer, work=work,
+                   ge_type=ge_type))
+
+
+def _binary(op_type: str, fn: Callable, work, ge_type: str = "", out_dtype=None) -> None:
+    """Register a broadcasting two-input op; `fn(a, b, attrs)` gets the raw arrays."""
+
+    def compute(inputs, attrs):
+        a, b = inputs[0], inputs[1]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            y = np.asarray(fn(a, b, attrs))
+        dtype = out_dtype if out_dtype is not None else a.dtype
+        return [y.astype(dtype, copy=False)]
+
+    def infer(inputs, attrs):
+        return broadcast_result(inputs, attrs, dtype=out_dtype)
+
+    register(OpDef(op_type=op_type, kind=OpKind.BROADCAST, compute=compute, infer=infer,
+                   work=work, ge_type=ge_type))
+
+
+def _variadic(op_type: str, fn: Callable, cls: str, ge_type: str = "", extra_alu: int = 0) -> None:
+    """Register Max/Min/Sum/Mean: a fold of `fn` over all inputs with broadcasting."""
+
+    def compute(inputs, attrs):
+        xs = present(inputs)
+        acc = upcast(xs[0])
+        for x in xs[1:]:                          # loop over inputs, not elements
+            acc = fn(acc, upcast(x))
+        if op_type == "Mean":
+            acc = acc / len(xs)
+        return [np.asarray(acc).astype(xs[0].dtype, copy=False)]
+
+    def work(inputs, outputs, attrs):
+        n = sum(t.size for t in outputs)
+        return Work().add_vector(cls, (len(present(inputs)) - 1 + extra_alu) * n)
+
+    register(OpDef(op_type=op_type, kind=OpKind.BROADCAST, compute=compute,
+                   infer=broadcast_result, work=work, ge_type=ge_type))
+
+
+# ---------------------------------------------------------------------------------------
+# Unary math
+
+def _sigmoid(x, a):
+    # Split by sign so exp never overflows.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _gelu(x, a):
+    approx = a.get("approximate", "none")
+    if isinstance(approx, bytes):
+        approx = approx.decode()
+    if approx == "tanh":
+        c = float(np.sqrt(2 / np.pi))
+        return 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x * x * x)))
+    if approx != "none":
+        raise bad_attr("Gelu", "approximate", approx, "must be 'none' or 'tanh'")
+    return (0.5 * x * (1 + erf(x / np.sqrt(2.0)))).astype(x.dtype)
+
+
+def _selu(x, a):
+    alpha = a.get("alpha", 1.67326319217681884765625)
+    gamma = a.get("gamma", 1.05070102214813232421875)
+    return gamma * np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
+
+
+def _hard_sigmoid(x, a):
+    return np.clip(a.get("alpha", 0.2) * x + a.get("beta", 0.5), 0, 1)
+
+
+def _float_fn(fn):
+    """Silence numpy's domain warnings (log of negatives gives NaN as in ONNX)."""
+
+    def wrapped(x, a):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return fn(x, a)
+
+    return wrapped
+
+
+_unary("Relu", lambda x, a: np.maximum(x, 0), _work(alu=1), "Relu", fp32_inside=False)
+_unary("Sigmoid", _float_fn(_sigmoid), _work(transcendental=1, alu=1, div=1), "Sigmoid")
+_unary("Tanh", lambda x, a: np.tanh(x), _work(transcendental=1))
+_unary("Exp", _float_fn(lambda x, a: np.exp(x)), _work(transcendental=1), "Exp")
+_unary("Log", _float_fn(lambda x, a: np.log(x)), _work(transcendental=1), "Log")
+_unary("Sqrt", _float_fn(lambda x, a: np.sqrt(x)), _work(div=1), "Sqrt")
+_unary("Reciprocal", _float_fn(lambda x, a: np.reciprocal(x)), _work(div=1), "Reciprocal")
+_unary("Neg", lambda x, a: np.negative(x), _work(alu=1), "Neg", fp32_inside=False)
+_unary("Abs", lambda x, a: np.abs(x), _work(alu=1), fp32_inside=False)
+_unary("Erf", lambda x, a: erf(x), _work(transcendental=1), "Erf")
+_unary("Floor", lambda x, a: np.floor(x), _work(alu=1), "Floor", fp32_inside=False)
+_unary("Ceil", lambda x, a: np.ceil(x), _work(alu=1), "Ceil", fp32_inside=False)
+_unary("Round", lambda x, a: np.round(x), _work(alu=1), "Round", fp32_inside=False)  # half to even
+_unary("Sign", lambda x, a: np.sign(x), _work(alu=1), "Sign", fp32_inside=False)
+_unary("Softplus", _float_fn(lambda x, a: np.logaddexp(0, x)), _work(transcendental=2, alu=1))
+_unary("LeakyRelu", lambda x, a: np.where(x >= 0, x, a.get("alpha", 0.01) * x), _work(alu=2))
+_unary("Elu", _float_fn(lambda x, a: np.where(x > 0, x, a.get("alpha", 1.0) * np.expm1(np.minimum(x, 0)))),
+       _work(transcendental=1, alu=3), "Elu")
+_unary("Selu", _float_fn(_selu), _work(transcendental=1, alu=4))
+_unary("HardSigmoid", _hard_sigmoid, _work(alu=4))
+_unary("HardSwish", lambda x, a: x * np.clip(x / 6 + 0.5, 0, 1), _work(alu=5), "HardSwish")
+_unary("Gelu", _float_fn(_gelu), _work(transcendental=1, alu=7))
+_unary("Sin", lambda x, a: np.sin(x), _work(transcendental=1), "Sin")
+_unary("Cos", lambda x, a: np.cos(x), _work(transcendental=1), "Cos")
+_unary("Not", lambda x, a: np.logical_not(x), _work(alu=1), "LogicalNot", fp32_inside=False)
+_unary("IsNaN", lambda x, a: np.isnan(x), _work(alu=1), out_dtype=np.bool_, fp32_inside=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Cast, Identity, Clip, PRelu
+
+def _cast_target(attrs) -> np.dtype:
+    to = attrs.get("to")
+    if to not in ONNX_TO_NUMPY:
+        raise bad_attr("Cast", "to", to, "not an ONNX element type the converter supports "
+                       f"(supported: {sorted(ONNX_TO_NUMPY)})")
+    return np.dtype(ONNX_TO_NUMPY[to])
+
+
+def _cast_compute(inputs, attrs):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return [inputs[0].astype(_cast_target(attrs))]
+
+
+register(OpDef(op_type="Cast", kind=OpKind.ELEMWISE, compute=_cast_compute,
+               infer=lambda i, a: [TensorType(_cast_target(a), tuple(i[0].shape))],
+               work=_work(alu=1), ge_type="Cast"))
+
+register(OpDef(op_type="Identity", kind=OpKind.ELEMWISE, compute=lambda i, a: [i[0]],
+               infer=same_as_input, work=no_work, no_task=True))
+
+
+def _clip_compute(inputs, attrs):
+    x = inputs[0]
+    lo, hi = attrs.get("min"), attrs.get("max")
+    y = x
+    if lo is not None:
+        y = np.maximum(y, np.asarray(lo).astype(x.dtype))
+    if hi is not None:
+        y = np.minimum(y, np.asarray(hi).astype(x.dtype))   # min > max gives max, as ONNX says
+    return [np.array(y, dtype=x.dtype, copy=True)]
+
+
+def _clip_work(inputs, outputs, attrs):
+    bounds = sum(attrs.get(k) is not None for k in ("min", "max"))
+    return Work().add_vector("alu", bounds * outputs[0].size)
+
+
+register(OpDef(op_type="Clip", kind=OpKind.ELEMWISE, compute=_clip_compute, infer=same_as_input,
+               work=_clip_work, ge_type="ClipByValue", config_inputs=((1, "min"), (2, "max"))))
+
+_binary("PRelu", lambda x, s, a: np.where(x < 0, x * s, x), _work(alu=2), "PRelu")
+
+
+# ---------------------------------------------------------------------------------------
+# Binary arithmetic
+
+def _div(a, b, attrs):
+    if _is_float(a.dtype):
+        return np.true_divide(a, b)
+    q = np.floor_divide(a, b)
+    inexact = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return q + inexact.astype(q.dtype)            # truncate toward zero as ONNX (C) does
+
+
+def _pow(a, b, attrs):
+    if _is_float(a.dtype):
+        return np.power(upcast(a), upcast(b).astype(upcast(a).dtype))
+    return np.power(a.astype(np.float64), b.astype(np.float64))   # cast back truncates like C
+
+
+def _mod(a, b, attrs):
+    fmod = int(attrs.get("fmod", 0))
+    if _is_float(a.dtype) and not fmod:
+        raise bad_attr("Mod", "fmod", fmod, "floating-point Mod requires fmod=1")
+    return np.fmod(a, b) if fmod else np.mod(a, b)
+
+
+_binary("Add", lambda a, b, _: np.add(a, b), _work(alu=1), "Add")
+_binary("Sub", lambda a, b, _: np.subtract(a, b), _work(alu=1), "Sub")
+_binary("Mul", lambda a, b, _: np.multiply(a, b), _work(alu=1), "Mul")
+_binary("Div", _div, _work(div=1), "RealDiv")
+_binary("Pow", _pow, _work(transcendental=2, alu=1), "Pow")
+_binary("Mod", _mod, _work(div=1, alu=2))
+
+_variadic("Max", np.maximum, "alu", "Maximum")
+_variadic("Min", np.minimum, "alu", "Minimum")
+_variadic("Sum", np.add, "alu")
+_variadic("Mean", np.add, "alu", extra_alu=1)
+
+# Comparisons and logic produce bool.
+_binary("Equal", lambda a, b, _: np.equal(a, b), _work(alu=1), "Equal", out_dtype=np.bool_)
+_binary("Less", lambda a, b, _: np.less(a, b), _work(alu=1), "Less", out_dtype=np.bool_)
+_binary("Greater", lambda a, b, _: np.greater(a, b), _work(alu=1), "Greater", out_dtype=np.bool_)
+_binary("LessOrEqual", lambda a, b, _: np.less_equal(a, b), _work(alu=1), "LessEqual",
+        out_dtype=np.bool_)
+_binary("GreaterOrEqual", lambda a, b, _: np.greater_equal(a, b), _work(alu=1), "GreaterEqual",
+        out_dtype=np.bool_)
+_binary("And", lambda a, b, _: np.logical_and(a, b), _work(alu=1), "LogicalAnd", out_dtype=np.bool_)
+_binary("Or", lambda a, b, _: np.logical_or(a, b), _work(alu=1), "LogicalOr", out_dtype=np.bool_)
+_binary("Xor", lambda a, b, _: np.logical_xor(a, b), _work(alu=1), "LogicalXor", out_dtype=np.bool_)
+
+
+def _where_compute(inputs, attrs):
+    cond, x, y = inputs
+    return [np.where(cond.astype(bool), x, y).astype(x.dtype, copy=False)]
+
+
+def _where_infer(inputs, attrs):
+    return broadcast_result(inputs, attrs, dtype=inputs[1].dtype)
+
+
+register(OpDef(op_type="Where", kind=OpKind.BROADCAST, compute=_where_compute,
+               infer=_where_infer, work=_work(alu=1), ge_type="Select"))
