@@ -1,0 +1,303 @@
+"""The .om file: a 256-byte ModelFileHeader, a partition table, then the partitions.
+
+Layout (all little-endian; see README.md and the reference ascend-formats.md section 2):
+
+    header (256 B) | u32 num, u32 0 | num x {u32 type, u32 0, u64 offset, u64 size} | data
+
+Offsets are relative to the first byte after the table; every partition starts 8-byte
+aligned (each is followed by zero padding to a multiple of 8).  The checksum is SHA-256 of everything after
+the header, zero-padded to 64 bytes.  `read_om` checks every field and bound before it
+uses it, and reports each problem as AtcError E10003.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field, fields
+from typing import Optional, Union
+
+from google.protobuf.message import DecodeError
+
+from ge.errors import AtcError
+from om_format.schema import ModelDef, ModelTaskDef
+from om_format.weights import WeightsBuilder  # noqa: F401  (re-exported)
+
+MAGIC = 0x444F4D49          # b"IMOD" on disk
+HEADER_SIZE = 256
+HEADER_VERSION = 0x20000000  # the version from which the header carries model_num
+MAX_PARTITIONS = 32          # Netron rejects types >= 32; GE defines far fewer
+PARTITION_ALIGN = 8
+_TABLE_HEAD = struct.Struct("<II")     # num, padding
+_TABLE_ENTRY = struct.Struct("<IIQQ")  # type, padding, mem_offset, mem_size
+_HEADER = struct.Struct("<III64sIBBBB32sI32sII20sB3sQBB62s")
+assert _HEADER.size == HEADER_SIZE
+
+_SOLUTION = "The file is not a valid .om model or is damaged: regenerate it with atc."
+
+
+class PartitionType(enum.IntEnum):
+    """GE's ModelPartitionType numbers."""
+
+    MODEL_DEF = 0
+    WEIGHTS_DATA = 1
+    TASK_INFO = 2
+    TBE_KERNELS = 3
+    CUST_AICPU_KERNELS = 4
+    SO_BINS = 5             # Netron parses this one as a device table: we never write it
+    FLOW_MODEL = 6
+    FLOW_SUBMODEL = 7
+    MODEL_INOUT_INFO = 8
+    STATIC_TASK_DESC = 9
+    DYNAMIC_TASK_DESC = 10
+    TASK_PARAM = 11
+    TILING_DATA = 12
+    PRE_MODEL_DESC = 20
+    PRE_MODEL_SQE = 21
+    PRE_KERNEL_ARGS = 22
+
+
+@dataclass
+class OmHeader:
+    """GE's ModelFileHeader, field for field, in file order."""
+
+    magic: int = MAGIC
+    headsize: int = HEADER_SIZE
+    version: int = HEADER_VERSION
+    checksum: bytes = b"\0" * 64
+    length: int = 0                  # file size - 256
+    is_encrypt: int = 0
+    is_checksum: int = 0             # 0 = CHECK (checksum valid), 1 = UNCHECK
+    modeltype: int = 0               # 0 IR model
+    genmode: int = 0                 # 0 offline
+    name: str = ""                   # <= 31 UTF-8 bytes, NUL-terminated
+    ops: int = 0
+    userdefineinfo: bytes = b"\0" * 32
+    om_ir_version: int = 0
+    model_num: int = 1
+    platform_version: str = ""       # <= 19 UTF-8 bytes, NUL-terminated
+    platform_type: int = 0
+    padd: bytes = b"\0" * 3
+    model_length: int = 0            # u64 payload length (UNCONFIRMED in GE: we write file size - 256)
+    need_check_os_cpu_info: int = 0
+    is_unknow_model: int = 0         # 0 static, 1 dynamic
+    reserved: bytes = b"\0" * 62
+
+    def pack(self) -> bytes:
+        values = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("name", "platform_version"):
+                v = v.encode("utf-8")
+            values.append(v)
+        return _HEADER.pack(*values)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> "OmHeader":
+        values = list(_HEADER.unpack(bytes(data[:HEADER_SIZE])))
+        for i, f in enumerate(fields(cls)):
+            if f.name in ("name", "platform_version"):
+                values[i] = values[i].split(b"\0", 1)[0].decode("utf-8", errors="replace")
+        return cls(*values)
+
+
+@dataclass
+class OmFile:
+    header: OmHeader
+    partitions: dict = field(default_factory=dict)  # PartitionType -> bytes
+
+
+def _fit(text: str, capacity: int) -> str:
+    """Cut `text` to at most capacity-1 UTF-8 bytes (room for the NUL) on a char boundary."""
+    raw = text.encode("utf-8")[:capacity - 1]
+    return raw.decode("utf-8", errors="ignore")
+
+
+def _pad8(n: int) -> int:
+    return -n % PARTITION_ALIGN
+
+
+def build_om(partitions: dict, *, name: str, ops: int, platform_version: str,
+             platform_type: int = 0, is_dynamic: bool = False, om_ir_version: int = 0,
+             modeltype: int = 0, userdefineinfo: bytes = b"") -> bytes:
+    """The bytes of an .om file (see write_om).  Deterministic: same input, same bytes."""
+    parts = {}
+    for ptype, data in partitions.items():
+        ptype = PartitionType(ptype)  # ValueError for an unknown type
+        if ptype == PartitionType.SO_BINS:
+            raise ValueError("SO_BINS (type 5) has a layout of its own; not supported")
+        parts[ptype] = bytes(data)
+    if PartitionType.MODEL_DEF not in parts:
+        raise ValueError("an .om file needs a MODEL_DEF partition")
+    # Netron first tries a 32-bit table layout; with MODEL_DEF first at offset 0 and at least
+    # two entries that attempt hits a duplicate type and it falls back to our 64-bit layout.
+    # With a single entry it would "succeed" and show an empty model, hence the empty weights.
+    parts.setdefault(PartitionType.WEIGHTS_DATA, b"")
+    order = sorted(parts)
+    if len(userdefineinfo) > 32:
+        raise ValueError("userdefineinfo is at most 32 bytes")
+
+    table = bytearray(_TABLE_HEAD.pack(len(order), 0))
+    body = bytearray()
+    for ptype in order:  # each partition padded to 8 bytes, so the next starts aligned
+        table.extend(_TABLE_ENTRY.pack(int(ptype), 0, len(body), len(parts[ptype])))
+        body.extend(parts[ptype])
+        body.extend(b"\0" * _pad8(len(body)))
+    payload = bytes(table) + bytes(body)
+
+    header = OmHeader(
+        checksum=hashlib.sha256(payload).digest().ljust(64, b"\0"),
+        length=len(payload) & 0xFFFFFFFF,
+        name=_fit(name, 32),
+        ops=int(ops),
+        userdefineinfo=bytes(userdefineinfo).ljust(32, b"\0"),
+        om_ir_version=int(om_ir_version),
+        modeltype=int(modeltype),
+        platform_version=_fit(platform_version, 20),
+        platform_type=int(platform_type),
+        model_length=len(payload),
+        is_unknow_model=1 if is_dynamic else 0,
+    )
+    return header.pack() + payload
+
+
+def write_om(path: Union[str, os.PathLike], partitions: dict, *, name: str, ops: int,
+             platform_version: str, platform_type: int = 0, is_dynamic: bool = False,
+             om_ir_version: int = 0, modeltype: int = 0, userdefineinfo: bytes = b"") -> None:
+    """Write an .om atomically (temp file in the same directory, then os.replace).
+
+    `partitions` maps PartitionType (or its int) to bytes.  They are stored in type order;
+    an empty WEIGHTS_DATA is added when absent (Netron needs >= 2 entries, see build_om).
+    `name` and `platform_version` are cut to fit their fixed header fields."""
+    data = build_om(partitions, name=name, ops=ops, platform_version=platform_version,
+                    platform_type=platform_type, is_dynamic=is_dynamic,
+                    om_ir_version=om_ir_version, modeltype=modeltype,
+                    userdefineinfo=userdefineinfo)
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".om-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _bad(message: str) -> AtcError:
+    return AtcError("E10003", message, _SOLUTION)
+
+
+def read_om(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> OmFile:
+    """Parse and verify an .om file (path or bytes).  Any problem raises AtcError E10003."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data, where = bytes(source), "The .om data"
+    else:
+        try:
+            with open(source, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise AtcError("E10003", f"Cannot read .om file [{os.fspath(source)}]: {e.strerror}.",
+                           "Check that the path exists and is readable.") from None
+        where = f"File [{os.fspath(source)}]"
+
+    if len(data) < HEADER_SIZE:
+        raise _bad(f"{where} is {len(data)} bytes, smaller than the {HEADER_SIZE}-byte model header.")
+    header = OmHeader.unpack(data)
+    if header.magic != MAGIC:
+        raise _bad(f"{where} has magic 0x{header.magic:08X}, expected 0x{MAGIC:08X} ('IMOD').")
+    if header.headsize != HEADER_SIZE:
+        raise _bad(f"{where} declares a {header.headsize}-byte header, expected {HEADER_SIZE}.")
+    if header.version < HEADER_VERSION:
+        raise _bad(f"{where} has header version 0x{header.version:08X}; "
+                   f"versions below 0x{HEADER_VERSION:08X} are not supported.")
+    if header.is_encrypt != 0:
+        raise _bad(f"{where} is encrypted (is_encrypt={header.is_encrypt}); encrypted models are not supported.")
+    payload = data[HEADER_SIZE:]
+    if header.length != (len(payload) & 0xFFFFFFFF) or (len(payload) > 0xFFFFFFFF and header.model_length == 0):
+        raise _bad(f"{where} header length is {header.length} but {len(payload)} bytes follow "
+                   "the header (file truncated or extended).")
+    if header.model_length not in (0, len(payload)):
+        raise _bad(f"{where} header model_length is {header.model_length} but {len(payload)} "
+                   "bytes follow the header.")
+    if header.is_checksum == 0:
+        expected = hashlib.sha256(payload).digest().ljust(64, b"\0")
+        if header.checksum != expected:
+            raise _bad(f"{where} fails its checksum: header has {header.checksum[:32].hex()}, "
+                       f"content hashes to {expected[:32].hex()} (SHA-256).")
+    elif header.is_checksum != 1:
+        raise _bad(f"{where} has is_checksum={header.is_checksum}, expected 0 (check) or 1 (uncheck).")
+
+    partitions = _read_table(payload, where)
+    if PartitionType.MODEL_DEF not in partitions:
+        raise _bad(f"{where} has no MODEL_DEF partition (type 0).")
+    return OmFile(header=header, partitions=partitions)
+
+
+def _read_table(payload: bytes, where: str) -> dict:
+    if len(payload) < _TABLE_HEAD.size:
+        raise _bad(f"{where} ends before the partition table ({len(payload)} bytes after the header).")
+    num, pad = _TABLE_HEAD.unpack_from(payload, 0)
+    if num == 0 or num > MAX_PARTITIONS:
+        raise _bad(f"{where} declares {num} partitions; expected 1 to {MAX_PARTITIONS}.")
+    if pad != 0:
+        raise _bad(f"{where} partition table padding is 0x{pad:08X}, expected 0 "
+                   "(the old 32-bit table layout is not supported).")
+    table_size = _TABLE_HEAD.size + num * _TABLE_ENTRY.size
+    if table_size > len(payload):
+        raise _bad(f"{where} partition table of {num} entries needs {table_size} bytes, "
+                   f"only {len(payload)} follow the header.")
+    data_size = len(payload) - table_size
+    spans, partitions = [], {}
+    for i in range(num):
+        ptype, pad, offset, size = _TABLE_ENTRY.unpack_from(payload, _TABLE_HEAD.size + i * _TABLE_ENTRY.size)
+        try:
+            ptype = PartitionType(ptype)
+        except ValueError:
+            raise _bad(f"{where} partition {i} has unknown type {ptype}.") from None
+        if pad != 0:
+            raise _bad(f"{where} partition {i} ({ptype.name}) has non-zero padding 0x{pad:08X}.")
+        if ptype in partitions:
+            raise _bad(f"{where} has two {ptype.name} partitions (type {int(ptype)}).")
+        if offset > data_size or size > data_size - offset:
+            raise _bad(f"{where} partition {ptype.name} [{offset}, {offset + size}) runs past the "
+                       f"end of the {data_size}-byte partition data.")
+        start = table_size + offset
+        partitions[ptype] = payload[start:start + size]
+        if size:
+            spans.append((offset, offset + size, ptype))
+    spans.sort()
+    for (s0, e0, t0), (s1, e1, t1) in zip(spans, spans[1:]):
+        if s1 < e0:
+            raise _bad(f"{where} partitions {t0.name} [{s0}, {e0}) and {t1.name} [{s1}, {e1}) overlap.")
+    return partitions
+
+
+def load_model_def(om: OmFile) -> ModelDef:
+    """Decode partition 0 as ge.proto.ModelDef; a malformed message raises E10003."""
+    model = ModelDef()
+    try:
+        model.ParseFromString(om.partitions[PartitionType.MODEL_DEF])
+    except DecodeError as e:
+        raise _bad(f"The MODEL_DEF partition is not a ge.proto.ModelDef ({e}).") from None
+    return model
+
+
+def load_task_def(om: OmFile) -> Optional[ModelTaskDef]:
+    """Decode partition 2 as domi.ModelTaskDef (ours); None when the file has no task list."""
+    raw = om.partitions.get(PartitionType.TASK_INFO)
+    if raw is None:
+        return None
+    tasks = ModelTaskDef()
+    try:
+        tasks.ParseFromString(raw)
+    except DecodeError as e:
+        raise _bad(f"The TASK_INFO partition is not a domi.ModelTaskDef ({e}).") from None
+    return tasks
