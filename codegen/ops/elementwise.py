@@ -7,7 +7,7 @@ float16 directly, which numpy rounds exactly like an fp32 op followed by a cast.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -235,10 +235,10 @@ def _clip_compute(inputs, attrs):
     x = inputs[0]
     lo, hi = attrs.get("min"), attrs.get("max")
     y = x
-    if lo is not None:
-        y = np.maximum(y, np.asarray(lo).astype(x.dtype))
+    if lo is not None:                                      # bounds are scalars (0-d or [1])
+        y = np.maximum(y, np.asarray(lo).astype(x.dtype).reshape(()))
     if hi is not None:
-        y = np.minimum(y, np.asarray(hi).astype(x.dtype))   # min > max gives max, as ONNX says
+        y = np.minimum(y, np.asarray(hi).astype(x.dtype).reshape(()))  # min > max gives max
     return [np.array(y, dtype=x.dtype, copy=True)]
 
 

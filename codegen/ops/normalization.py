@@ -1,0 +1,205 @@
+"""Softmax family and normalization layers (inference form): kernels, shapes, work counts.
+
+All kernels compute in float32 for float16 data and cast the result back (statistics in
+fp16 would lose too much).  Kinds: BatchNormalization is a per-channel affine map, hence
+BROADCAST; Softmax/LogSoftmax and the statistic-computing norms (Layer/Instance/Group,
+LRN) reduce and then broadcast back, which no autofuse group shape covers, so OPAQUE --
+their fusions are named passes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from codegen.ops.common import normalize_axis, same_as_input
+from codegen.ops.registry import OpDef, OpKind, Work, register
+from ge.errors import AtcError
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+def _axis(op_type: str, attrs: dict, rank: int, default: int) -> int:
+    axis = int(attrs.get("axis", default))
+    try:
+        return normalize_axis(axis, rank)
+    except ValueError as err:
+        raise AtcError("E16004", f"Op [{op_type}] has attribute [axis] = [{axis}] which is "
+                       f"invalid. Reason: {err}", f"Use an axis in [-{rank}, {rank - 1}].") from err
+
+
+def _per_element(**counts):
+    def work(inputs, outputs, attrs):
+        w = Work()
+        for cls, count in counts.items():
+            w.add_vector(cls, count * outputs[0].size)
+        return w
+
+    return work
+
+
+# ---------------------------------------------------------------------------------------
+# Softmax / LogSoftmax (opset 13: one axis, default -1)
+
+def _softmax(inputs, attrs):
+    x = inputs[0]
+    axis = _axis("Softmax", attrs, x.ndim, -1)
+    a = _f32(x)
+    e = np.exp(a - np.max(a, axis=axis, keepdims=True))
+    return [(e / np.sum(e, axis=axis, keepdims=True)).astype(x.dtype, copy=False)]
+
+
+def _log_softmax(inputs, attrs):
+    x = inputs[0]
+    axis = _axis("LogSoftmax", attrs, x.ndim, -1)
+    a = _f32(x)
+    shifted = a - np.max(a, axis=axis, keepdims=True)
+    y = shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    return [y.astype(x.dtype, copy=False)]
+
+
+# max-reduce, sub, exp, sum-reduce, div per element
+register(OpDef(op_type="Softmax", kind=OpKind.OPAQUE, compute=_softmax, infer=same_as_input,
+               work=_per_element(alu=3, transcendental=1, div=1), ge_type="SoftmaxV2"))
+# max-reduce, sub, exp, sum-reduce, sub per element (log per row is negligible but counted)
+register(OpDef(op_type="LogSoftmax", kind=OpKind.OPAQUE, compute=_log_softmax, infer=same_as_input,
+               work=_per_element(alu=4, transcendental=1), ge_type="LogSoftmax"))
+
+
+# ---------------------------------------------------------------------------------------
+# BatchNormalization, inference form: y = (x - mean) / sqrt(var + eps) * scale + B
+
+def _channel_view(p: np.ndarray, rank: int) -> np.ndarray:
+    """A per-channel (C,) parameter shaped to broadcast against an N,C,... tensor."""
+    return np.asarray(p, dtype=np.float32 if p.dtype == np.float16 else p.dtype).reshape(
+        (1, -1) + (1,) * (rank - 2))
+
+
+def _batch_norm(inputs, attrs):
+    if int(attrs.get("training_mode", 0)):
+        raise AtcError("E16004", "Op [BatchNormalization] has attribute [training_mode] = [1] "
+                       "which is invalid. Reason: only inference is supported.",
+                       "Export the model in eval mode (training_mode=0).")
+    x, scale, bias, mean, var = inputs[:5]
+    eps = float(attrs.get("epsilon", 1e-5))
+    rank = max(x.ndim, 2)
+    a = _channel_view(scale, rank) / np.sqrt(_channel_view(var, rank) + eps)
+    b = _channel_view(bias, rank) - _channel_view(mean, rank) * a
+    y = _f32(x).reshape(x.shape if x.ndim >= 2 else x.shape + (1,)) * a + b
+    return [y.reshape(x.shape).astype(x.dtype, copy=False)]
+
+
+def _batch_norm_work(inputs, outputs, attrs):
+    channels = inputs[1].size
+    return (Work().add_vector("alu", 2 * outputs[0].size)     # x * a + b
+            .add_vector("alu", 3 * channels)                   # var+eps, mean*a, B-...
+            .add_vector("div", 2 * channels))                  # sqrt, scale / sqrt
+
+
+register(OpDef(op_type="BatchNormalization", kind=OpKind.BROADCAST, compute=_batch_norm,
+               infer=lambda i, a: same_as_input(i, a), work=_batch_norm_work, ge_type="BatchNorm"))
+
+
+# ---------------------------------------------------------------------------------------
+# Statistic norms: normalise over some axes, then an affine map.
+
+def _standardize(a: np.ndarray, axes: tuple, eps: float) -> np.ndarray:
+    mean = np.mean(a, axis=axes, keepdims=True)
+    centered = a - mean
+    var = np.mean(centered * centered, axis=axes, keepdims=True)
+    return centered / np.sqrt(var + eps)
+
+
+def _norm_work(inputs, outputs, attrs, groups: int, affine_ops: int):
+    """sum, sub, square, sum, scale by rstd per element + affine; mean/var/rsqrt per group."""
+    return (Work().add_vector("alu", (5 + affine_ops) * outputs[0].size)
+            .add_vector("alu", 3 * groups).add_vector("div", 2 * groups))
+
+
+def _layer_norm(inputs, attrs):
+    """Only output Y: the optional Mean and InvStdDev outputs (training) are not produced."""
+    x, scale = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    axis = _axis("LayerNormalization", attrs, x.ndim, -1)
+    y = _standardize(_f32(x), tuple(range(axis, x.ndim)), float(attrs.get("epsilon", 1e-5)))
+    y = y * _f32(scale)
+    if bias is not None:
+        y = y + _f32(bias)
+    return [y.astype(x.dtype, copy=False)]
+
+
+def _layer_norm_work(inputs, outputs, attrs):
+    shape = inputs[0].shape
+    axis = _axis("LayerNormalization", attrs, len(shape), -1)
+    rows = int(np.prod(shape[:axis], dtype=np.int64))
+    has_bias = len(inputs) > 2 and inputs[2] is not None
+    return _norm_work(inputs, outputs, attrs, rows, 1 + has_bias)
+
+
+register(OpDef(op_type="LayerNormalization", kind=OpKind.OPAQUE, compute=_layer_norm,
+               infer=lambda i, a: same_as_input(i, a), work=_layer_norm_work, ge_type="LayerNorm"))
+
+
+def _instance_norm(inputs, attrs):
+    x, scale, bias = inputs[:3]
+    y = _standardize(_f32(x), tuple(range(2, x.ndim)), float(attrs.get("epsilon", 1e-5)))
+    y = y * _channel_view(scale, x.ndim) + _channel_view(bias, x.ndim)
+    return [y.astype(x.dtype, copy=False)]
+
+
+register(OpDef(op_type="InstanceNormalization", kind=OpKind.OPAQUE, compute=_instance_norm,
+               infer=lambda i, a: same_as_input(i, a),
+               work=lambda i, o, a: _norm_work(i, o, a, i[0].shape[0] * i[0].shape[1], 2),
+               ge_type="InstanceNorm"))
+
+
+def _group_norm(inputs, attrs):
+    """Scale/bias per channel (opset 21) or per group (opset 18); their length tells which
+    (when num_groups == C both readings agree)."""
+    x, scale, bias = inputs[:3]
+    groups = int(attrs["num_groups"]) if "num_groups" in attrs else 0
+    n, c = x.shape[0], x.shape[1]
+    if groups <= 0 or c % groups:
+        raise AtcError("E16004", f"Op [GroupNormalization] has attribute [num_groups] = "
+                       f"[{groups or None}] which is invalid. Reason: it must divide the "
+                       f"channel count {c}.", "Fix num_groups in the ONNX model.")
+    grouped = _f32(x).reshape((n, groups, -1))
+    y = _standardize(grouped, (2,), float(attrs.get("epsilon", 1e-5))).reshape(x.shape)
+    if scale.size == groups and groups != c:
+        scale, bias = np.repeat(scale, c // groups), np.repeat(bias, c // groups)
+    y = y * _channel_view(scale, x.ndim) + _channel_view(bias, x.ndim)
+    return [y.astype(x.dtype, copy=False)]
+
+
+register(OpDef(op_type="GroupNormalization", kind=OpKind.OPAQUE, compute=_group_norm,
+               infer=lambda i, a: same_as_input(i, a),
+               work=lambda i, o, a: _norm_work(i, o, a, i[0].shape[0] * int(a.get("num_groups", 1)), 2)))
+
+
+# ---------------------------------------------------------------------------------------
+# LRN across channels: y = x / (bias + alpha/size * sum_{window} x^2) ^ beta
+
+def _lrn(inputs, attrs):
+    x = inputs[0]
+    if "size" not in attrs or int(attrs["size"]) < 1:
+        raise AtcError("E16004", f"Op [LRN] has attribute [size] = [{attrs.get('size')}] which "
+                       "is invalid. Reason: a positive window size is required.",
+                       "Set LRN's size in the ONNX model.")
+    size = int(attrs["size"])
+    alpha, beta, bias = (float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)),
+                         float(attrs.get("bias", 1.0)))
+    a = _f32(x)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2     # floor / ceil of (size-1)/2
+    pad = [(0, 0)] * a.ndim
+    pad[1] = (lo + 1, hi)                                     # +1: a zero row for the cumsum
+    csum = np.cumsum(np.pad(a * a, pad), axis=1)
+    c = a.shape[1]
+    window = np.take(csum, np.arange(size, size + c), axis=1) - np.take(csum, np.arange(c), axis=1)
+    y = a / np.power(bias + (alpha / size) * window, beta)
+    return [y.astype(x.dtype, copy=False)]
+
+
+register(OpDef(op_type="LRN", kind=OpKind.OPAQUE, compute=_lrn,
+               infer=lambda i, a: same_as_input(i, a),
+               # square, window sum (cumsum + diff), mul, add, pow (log+exp), div
+               work=_per_element(alu=5, transcendental=2, div=1), ge_type="LRN"))

@@ -1,0 +1,193 @@
+"""Reduce* and ArgMax/ArgMin: numpy kernels, shape rules, work counts.
+
+Canonical form: the axes input of opset 13/18 is the attribute "axes" (list, or absent/None
+for "all axes" -- or no reduction at all when noop_with_empty_axes=1).  keepdims defaults
+to 1.  Float16 data is accumulated in float32 and the result cast back to float16, as the
+vector unit's reduce kernels do.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from codegen.ops.common import normalize_axes, normalize_axis
+from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
+from ge.errors import AtcError
+
+
+def _axes_of(op_type: str, attrs: dict, rank: int) -> Optional[tuple]:
+    """The reduced axes, sorted and non-negative; None means "no reduction" (noop)."""
+    axes = attrs.get("axes")
+    if isinstance(axes, (int, np.integer)):
+        axes = [int(axes)]
+    if axes is None or len(axes) == 0:
+        if int(attrs.get("noop_with_empty_axes", 0)):
+            return None
+        return tuple(range(rank))
+    try:
+        normalized = normalize_axes(axes, rank)
+    except ValueError as err:
+        raise AtcError("E16004", f"Op [{op_type}] has attribute [axes] = [{list(axes)}] which is "
+                       f"invalid. Reason: {err}", f"Use axes in [-{rank}, {rank - 1}].") from err
+    return tuple(normalized)
+
+
+def _reduced_shape(shape: tuple, axes: Optional[tuple], keepdims: bool) -> tuple:
+    if axes is None:
+        return tuple(shape)
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _acc(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+def _identity_fill(x: np.ndarray, high: bool):
+    """ReduceMax/Min of an empty set: -inf/+inf (or the dtype's extreme) per opset 18."""
+    if x.dtype == np.bool_:
+        return not high
+    if np.issubdtype(x.dtype, np.floating):
+        return -np.inf if high else np.inf
+    info = np.iinfo(x.dtype)
+    return info.min if high else info.max
+
+
+def _sum(x, axes, kd):
+    return np.sum(_acc(x), axis=axes, keepdims=kd)
+
+
+def _mean(x, axes, kd):
+    return np.mean(_acc(x), axis=axes, keepdims=kd)
+
+
+def _max(x, axes, kd):
+    return np.max(x, axis=axes, keepdims=kd, initial=_identity_fill(x, True) if x.size == 0 else None)
+
+
+def _min(x, axes, kd):
+    return np.min(x, axis=axes, keepdims=kd, initial=_identity_fill(x, False) if x.size == 0 else None)
+
+
+def _prod(x, axes, kd):
+    return np.prod(_acc(x), axis=axes, keepdims=kd)
+
+
+def _sum_square(x, axes, kd):
+    a = _acc(x)
+    return np.sum(a * a, axis=axes, keepdims=kd)
+
+
+def _l1(x, axes, kd):
+    return np.sum(np.abs(_acc(x)), axis=axes, keepdims=kd)
+
+
+def _l2(x, axes, kd):
+    return np.sqrt(_sum_square(x, axes, kd))
+
+
+def _log_sum(x, axes, kd):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(_sum(x, axes, kd))
+
+
+def _log_sum_exp(x, axes, kd):
+    a = _acc(x)
+    m = np.max(a, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)           # all -inf rows give -inf, not NaN
+    with np.errstate(divide="ignore", over="ignore"):
+        s = np.log(np.sum(np.exp(a - m), axis=axes, keepdims=True)) + m
+    return s if kd else np.squeeze(s, axis=axes)
+
+
+# Work per reduction: (alu, transcendental, div) per INPUT element, and per OUTPUT element.
+_REDUCERS = {
+    #  op                 kernel        om type            per input            per output
+    "ReduceSum":       (_sum,         "ReduceSum",       {"alu": 1},          {}),
+    "ReduceMean":      (_mean,        "ReduceMean",      {"alu": 1},          {"alu": 1}),
+    "ReduceMax":       (_max,         "ReduceMax",       {"alu": 1},          {}),
+    "ReduceMin":       (_min,         "ReduceMin",       {"alu": 1},          {}),
+    "ReduceProd":      (_prod,        "ReduceProd",      {"alu": 1},          {}),
+    "ReduceSumSquare": (_sum_square,  "",                {"alu": 2},          {}),
+    "ReduceL1":        (_l1,          "",                {"alu": 2},          {}),
+    "ReduceL2":        (_l2,          "ReduceL2D",       {"alu": 2},          {"div": 1}),
+    "ReduceLogSum":    (_log_sum,     "",                {"alu": 1},          {"transcendental": 1}),
+    # stable form: max-reduce, sub, exp, sum-reduce per element; log and add-back per output
+    "ReduceLogSumExp": (_log_sum_exp, "ReduceLogSumExp", {"alu": 3, "transcendental": 1},
+                        {"alu": 1, "transcendental": 1}),
+}
+
+
+def _make_reduce(op_type: str, kernel, ge_type: str, per_in: dict, per_out: dict) -> OpDef:
+    def compute(inputs, attrs):
+        x = inputs[0]
+        axes = _axes_of(op_type, attrs, x.ndim)
+        if axes is None:
+            return [x.copy()]
+        y = kernel(x, axes, bool(int(attrs.get("keepdims", 1))))
+        return [np.asarray(y).astype(x.dtype, copy=False)]
+
+    def infer(inputs, attrs):
+        t = inputs[0]
+        axes = _axes_of(op_type, attrs, len(t.shape))
+        shape = _reduced_shape(tuple(t.shape), axes, bool(int(attrs.get("keepdims", 1))))
+        return [TensorType(np.dtype(t.dtype), shape)]
+
+    def work(inputs, outputs, attrs):
+        if _axes_of(op_type, attrs, len(inputs[0].shape)) is None:
+            return Work()
+        w = Work()
+        for cls, count in per_in.items():
+            w.add_vector(cls, count * inputs[0].size)
+        for cls, count in per_out.items():
+            w.add_vector(cls, count * outputs[0].size)
+        return w
+
+    return OpDef(op_type=op_type, kind=OpKind.REDUCE, compute=compute, infer=infer, work=work,
+                 ge_type=ge_type, config_inputs=((1, "axes"),))
+
+
+for _name, (_kernel, _ge, _in, _out) in _REDUCERS.items():
+    register(_make_reduce(_name, _kernel, _ge, _in, _out))
+
+
+# ---------------------------------------------------------------------------------------
+# ArgMax / ArgMin: int64 indices along one axis.
+
+def _make_arg(op_type: str, np_arg) -> OpDef:
+    def axis_of(attrs, rank):
+        axis = int(attrs.get("axis", 0))
+        try:
+            return normalize_axis(axis, rank)
+        except ValueError as err:
+            raise AtcError("E16004", f"Op [{op_type}] has attribute [axis] = [{axis}] which is "
+                           f"invalid. Reason: {err}", f"Use an axis in [-{rank}, {rank - 1}].") from err
+
+    def compute(inputs, attrs):
+        x = inputs[0]
+        axis = axis_of(attrs, x.ndim)
+        if int(attrs.get("select_last_index", 0)):
+            idx = x.shape[axis] - 1 - np_arg(np.flip(x, axis=axis), axis=axis)
+        else:
+            idx = np_arg(x, axis=axis)
+        if int(attrs.get("keepdims", 1)):
+            idx = np.expand_dims(idx, axis)
+        return [np.asarray(idx, dtype=np.int64)]
+
+    def infer(inputs, attrs):
+        shape = tuple(inputs[0].shape)
+        axis = axis_of(attrs, len(shape))
+        return [TensorType(np.dtype(np.int64),
+                           _reduced_shape(shape, (axis,), bool(int(attrs.get("keepdims", 1)))))]
+
+    def work(inputs, outputs, attrs):
+        return Work().add_vector("alu", 2 * inputs[0].size)   # compare + select index
+
+    return OpDef(op_type=op_type, kind=OpKind.REDUCE, compute=compute, infer=infer, work=work,
+                 ge_type=op_type)
+
+
+register(_make_arg("ArgMax", np.argmax))
+register(_make_arg("ArgMin", np.argmin))
