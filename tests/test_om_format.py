@@ -496,3 +496,19 @@ def test_netron_single_partition_and_relu_flag(tmp_path):
     assert [n["name"] for n in graph["nodes"]] == ["a", "b"]
     assert graph["nodes"][1]["chain"] == ["ReLU"]
     assert graph["nodes"][1]["outputs"][0]["values"][0]["type"]["dataType"] == "float16"
+
+
+def test_tensor_from_def_rejects_wrong_byte_count():
+    t = schema.TensorDef(data=b"\0" * 7)
+    t.desc.CopyFrom(tensor_desc("bad", np.float32, (2,)))
+    with pytest.raises(AtcError) as e:
+        tensor_from_def(t)
+    assert e.value.code == "E10003" and "7 data bytes" in e.value.message
+
+
+def test_message_attrs_pass_through():
+    td = tensor_desc("q", np.int32, (3,))
+    assert from_attr(AttrDef.FromString(to_attr(td).SerializeToString())) == td
+    assert isinstance(from_attr(to_attr(td)), TensorDescriptor)
+    g = schema.GraphDef(name="body")
+    assert from_attr(to_attr(g)) == g
