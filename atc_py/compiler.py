@@ -1,0 +1,87 @@
+"""The compile pipeline: ONNX file -> IR -> generic passes -> fusion -> .om partitions.
+
+`compile_model` returns everything later stages need (the fused graph, the unfused graph
+the report prices against, the fusion statistics); `atc_py.driver` writes the files.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from atc_py.options import AtcOptions
+from codegen.om_builder import OmPartitions, build_partitions
+from fusion_passes import pipeline
+from fusion_passes.switches import FusionSwitches, load_switches
+from ge.errors import AtcError
+from ge.ir import Graph
+from ge.onnx_import import import_model, load_model, parse_input_shape
+from ge.passes import dead_code, run_generic
+
+
+@dataclass
+class CompileResult:
+    graph: Graph                 # after fusion
+    unfused: Graph               # after the generic passes, before fusion
+    fusion_stats: list           # pipeline.PassStats per pass
+    switches: FusionSwitches
+    partitions: Optional[OmPartitions] = None
+    generic_changes: dict = field(default_factory=dict)
+    onnx_node_count: int = 0
+
+
+def clone_graph(graph: Graph) -> Graph:
+    """A deep copy that shares the (read-only) constant arrays instead of copying weights."""
+    memo = {id(v.const): v.const for v in graph.values() if v.const is not None}
+    return copy.deepcopy(graph, memo)
+
+
+def apply_out_nodes(graph: Graph, spec: str) -> None:
+    """`--out_nodes "node:0;node2:1"`: make those node outputs the graph outputs."""
+    if not spec:
+        return
+    outputs = []
+    for item in filter(None, (s.strip() for s in spec.split(";"))):
+        name, sep, index = item.rpartition(":")
+        if not sep or not name or not index.strip().isdigit():
+            raise AtcError("E10001", f"Value [{spec}] for parameter [--out_nodes] is invalid. Reason: [{item}] "
+                           "is not of the form node_name:output_index.", 'Use --out_nodes="node1:0;node2:1".')
+        node = graph.find_node(name)
+        if node is None:
+            raise AtcError("E10016", f"Input parameter [--out_nodes]'s opname [{name}] does not exist in the "
+                           "model.", "Use node names of the ONNX graph in --out_nodes.")
+        if int(index) >= len(node.outputs):
+            raise AtcError("E10016", f"Node [{name}] in [--out_nodes] has {len(node.outputs)} output(s); "
+                           f"index {index} does not exist.", "Use an output index of the node.")
+        outputs.append(node.outputs[int(index)])
+    graph.outputs = outputs
+    dead_code.run(graph)
+
+
+def switches_from_env(options: AtcOptions) -> FusionSwitches:
+    passes, ops = pipeline.known_names()
+    return load_switches(os.environ.get("GE_FUSION_DISABLE_LIST"), options.fusion_switch_file or None,
+                         passes, ops)
+
+
+def prepare_graph(options: AtcOptions):
+    """Load, import and run the generic passes; returns (graph, changes, onnx node count)."""
+    model = load_model(options.model)
+    shapes = parse_input_shape(options.input_shape) if options.input_shape else {}
+    graph = import_model(model, shapes, options.input_format)
+    apply_out_nodes(graph, options.out_nodes)
+    changes = run_generic(graph)
+    return graph, changes, len(model.graph.node)
+
+
+def compile_model(options: AtcOptions, build: bool = True) -> CompileResult:
+    switches = switches_from_env(options)
+    graph, changes, onnx_nodes = prepare_graph(options)
+    unfused = clone_graph(graph)
+    stats = pipeline.run_fusion(graph, switches)
+    result = CompileResult(graph, unfused, stats, switches, generic_changes=changes, onnx_node_count=onnx_nodes)
+    if build:
+        name = os.path.basename(options.output) or graph.name
+        result.partitions = build_partitions(graph, name, options.soc_version, options.precision_mode)
+    return result

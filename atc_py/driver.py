@@ -1,0 +1,77 @@
+"""What each `--mode` does.  Files are written only after everything succeeded."""
+from __future__ import annotations
+
+import json
+import os
+
+from atc_py.options import AtcOptions
+from ge.errors import AtcError
+
+
+def run(options: AtcOptions) -> None:
+    {"0": generate_om, "1": om_to_json, "3": pre_check, "6": display_model_info}[options.mode](options)
+
+
+def _ensure_parent(path: str, param: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise AtcError("E10001", f"Value [{path}] for parameter [{param}] is invalid. Reason: the folder "
+                       f"[{parent}] does not exist.", "Create the output folder first.")
+
+
+def write_json_atomic(path: str, content) -> None:
+    """Write JSON through a temp file so a failure never leaves half a file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def generate_om(options: AtcOptions) -> None:
+    from atc_py import log as atc_log
+    from atc_py.compiler import compile_model
+    from om_format.container import write_om
+
+    _ensure_parent(options.om_path, "--output")
+    log = atc_log.Logger.from_options(options)
+    result = compile_model(options)
+    for warning in result.switches.warnings:
+        log.warning(warning)
+    parts = result.partitions
+    write_om(options.om_path, parts.as_dict(), name=os.path.basename(options.output),
+             ops=len(result.graph.nodes), platform_version=options.soc_version)
+    from atc_py import report
+    report.emit(result, options, log)
+
+
+def om_to_json(options: AtcOptions) -> None:
+    from atc_py.om_json import om_to_dict
+
+    _ensure_parent(options.json, "--json")
+    content = om_to_dict(options.om)
+    write_json_atomic(options.json, content)
+
+
+def pre_check(options: AtcOptions) -> None:
+    from atc_py.precheck import check_model
+
+    _ensure_parent(options.check_report, "--check_report")
+    report, ok = check_model(options)
+    write_json_atomic(options.check_report, report)
+    print(f"Pre-check report written to {options.check_report}: "
+          f"{report['summary']['supported']} of {report['summary']['total']} nodes supported.")
+    if not ok:
+        raise AtcError("E16002", f"Pre-check failed: {report['summary']['unsupported']} unsupported node(s), graph check "
+                       f"{report['summary']['graph']['result']}; see {options.check_report}.",
+                       "Replace the unsupported ops or fix what the graph check reports.")
+
+
+def display_model_info(options: AtcOptions) -> None:
+    from atc_py.om_json import model_info
+
+    print(model_info(options.om))

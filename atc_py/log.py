@@ -1,0 +1,48 @@
+"""ATC-style log output: level from --log, else from ASCEND_GLOBAL_LOG_LEVEL.
+
+Levels: debug 0, info 1, warning 2, error 3, null (nothing but errors ATC always prints).
+The Graph Fusion Report prints at info, or when GE_GRAPH_FUSION_LOG=1 is set together with
+ASCEND_GLOBAL_LOG_LEVEL <= 1 (as in the seeds).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+_LEVELS = {"debug": 0, "info": 1, "warning": 2, "error": 3, "null": 4}
+
+
+@dataclass
+class Logger:
+    level: int = 4
+    fusion_log: bool = False
+
+    @classmethod
+    def from_options(cls, options) -> "Logger":
+        level = _LEVELS.get(options.log, 4)
+        env = os.environ.get("ASCEND_GLOBAL_LOG_LEVEL", "").strip()
+        if options.log == "null" and env.isdigit():
+            level = min(int(env), 4)
+        fusion_log = os.environ.get("GE_GRAPH_FUSION_LOG", "").strip() == "1" and level <= 1
+        return cls(level, fusion_log or level <= 1)
+
+    def _emit(self, tag: str, text: str) -> None:
+        print(f"[{tag}] {text}", file=sys.stdout)
+
+    def debug(self, text: str) -> None:
+        if self.level <= 0:
+            self._emit("DEBUG", text)
+
+    def info(self, text: str) -> None:
+        if self.level <= 1:
+            self._emit("INFO", text)
+
+    def warning(self, text: str) -> None:
+        if self.level <= 2 or self.level == 4:   # ATC shows warnings about switches even at null
+            self._emit("WARNING", text)
+
+    def ge(self, text: str) -> None:
+        """A line of GE's fusion log, printed when the fusion report is on."""
+        if self.fusion_log:
+            print(f"[GE] {text}".rstrip(), file=sys.stdout)

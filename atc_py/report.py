@@ -1,0 +1,197 @@
+"""The Graph Fusion Report, fusion_result.json and the failure dumps.
+
+Speedups are priced by the simulator's cost model for `--soc_version`: a pattern's speedup
+compares the unfused kernels of the ONNX nodes its fused kernels cover with those fused
+kernels; the overall speedup compares the whole unfused graph with the whole fused graph.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+from google.protobuf import text_format
+
+from codegen.om_builder import build_partitions, compute_dtype
+from codegen.ops.registry import get_op
+from ge.ir import Graph
+from simulator.cost_model import load_chip
+from simulator.pricing import node_costs
+
+FUSION_RESULT_FILE = "fusion_result.json"
+UB_FUSION_PASSES = {"AutoFusePass"}   # autofuse's kernels are UB (buffer) fusions in GE's terms
+
+
+@dataclass
+class FusionReport:
+    patterns: list                 # dicts: pattern, pass, matched, effect, fused_into, disabled_by, speedup
+    ops_before: int
+    ops_after: int
+    kernels_before: int
+    kernels_after: int
+    time_before_us: float
+    time_after_us: float
+    misses: list = field(default_factory=list)
+
+    @property
+    def overall_speedup(self) -> float:
+        return self.time_before_us / self.time_after_us if self.time_after_us > 0 else 1.0
+
+
+def _kernels(graph: Graph) -> int:
+    return sum(1 for n in graph.nodes if not get_op(n.op_type).no_task)
+
+
+def build_report(result, soc_version: str, precision_mode: str) -> FusionReport:
+    chip = load_chip(soc_version)
+    dtype_of = lambda node: compute_dtype(node, precision_mode)  # noqa: E731
+    before = node_costs(result.unfused, chip, dtype_of)
+    after = node_costs(result.graph, chip, dtype_of)
+    patterns = []
+    for stats in result.fusion_stats:
+        if stats.match_times == 0 and not stats.effect_times:
+            continue
+        fused = [n for n in result.graph.nodes if n.provenance.get("pass") == stats.pass_name]
+        covered = {name for n in fused for name in n.origin}
+        t_unfused = sum(before[name].total_us for name in covered if name in before)
+        t_fused = sum(after[n.name].total_us for n in fused)
+        patterns.append({
+            "pattern": stats.pattern_name, "pass": stats.pass_name,
+            "matched": stats.match_times, "effect": stats.effect_times,
+            "fused_into": sorted({n.op_type for n in fused}) or sorted(stats.fused_types),
+            "disabled_by": stats.disabled_by,
+            "speedup": (t_unfused / t_fused) if t_fused > 0 else 1.0,
+            "misses": len(stats.misses),
+        })
+    misses = [m for stats in result.fusion_stats for m in stats.misses]
+    return FusionReport(patterns, len(result.unfused.nodes), len(result.graph.nodes),
+                        _kernels(result.unfused), _kernels(result.graph),
+                        sum(c.total_us for c in before.values()), sum(c.total_us for c in after.values()),
+                        misses)
+
+
+def report_lines(report: FusionReport) -> list:
+    """The report in the seeds' exact line format (without the [GE] prefix)."""
+    lines = ["Graph Fusion Report:", ""]
+    for p in report.patterns:
+        lines.append(f"Pattern: {p['pattern']}")
+        lines.append(f"Matched: {p['matched']} times")
+        if p["effect"]:
+            lines.append(f"Fused into: {', '.join(p['fused_into'])}")
+            lines.append(f"Estimated speedup: {p['speedup']:.2f}x")
+        elif p["disabled_by"]:
+            lines.append(f"Fused into: none (disabled by {p['disabled_by']})")
+            lines.append("Estimated speedup: 1.00x")
+        else:
+            lines.append(f"Fused into: none ({p['misses']} candidate(s) failed a check; --log=debug shows why)")
+            lines.append("Estimated speedup: 1.00x")
+        lines.append("")
+    lines.append(f"Total operators before fusion: {report.ops_before}")
+    lines.append(f"Total operators after fusion: {report.ops_after}")
+    lines.append(f"Kernel launches before fusion: {report.kernels_before}")
+    lines.append(f"Kernel launches after fusion: {report.kernels_after}")
+    lines.append(f"Overall speedup: {report.overall_speedup:.2f}x")
+    return lines
+
+
+def fusion_result_json(result) -> dict:
+    """ATC's fusion_result.json: counts as strings, graph_fusion vs ub_fusion."""
+    graph_fusion, ub_fusion = {}, {}
+    for stats in result.fusion_stats:
+        if stats.match_times == 0:
+            continue
+        entry = {"effect_times": str(stats.effect_times), "match_times": str(stats.match_times)}
+        if stats.pass_name in UB_FUSION_PASSES:
+            entry["repository_hit_times"] = "0"
+            ub_fusion[stats.pass_name] = entry
+        else:
+            graph_fusion[stats.pass_name] = entry
+    session = {}
+    if graph_fusion:
+        session["graph_fusion"] = graph_fusion
+    if ub_fusion:
+        session["ub_fusion"] = ub_fusion
+    return {"session_and_graph_id_0_0": session}
+
+
+def parse_dfx_flags(text: str) -> dict:
+    """AUTOFUSE_DFX_FLAGS / AUTOFUSE_FLAGS: "--k=v;--k2=v2" -> {k: v}."""
+    flags = {}
+    for item in filter(None, (s.strip() for s in (text or "").split(";"))):
+        key, _, value = item.lstrip("-").partition("=")
+        flags[key.strip()] = value.strip()
+    return flags
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "node"
+
+
+class _SubgraphView:
+    """The unfused nodes one fused kernel covers, shaped like a Graph for build_partitions."""
+
+    def __init__(self, graph: Graph, names: set, title: str):
+        self.name = title
+        self.nodes = [n for n in graph.nodes if n.name in names]
+        member = {id(n) for n in self.nodes}
+        self.inputs, self.outputs, seen = [], [], set()
+        for node in self.nodes:
+            for v in node.inputs:
+                if v is not None and not v.is_const and (v.producer is None or id(v.producer) not in member) \
+                        and id(v) not in seen:
+                    seen.add(id(v))
+                    self.inputs.append(v)
+            for v in node.outputs:
+                if v.is_graph_output or any(id(u) not in member for u, _ in v.uses):
+                    self.outputs.append(v)
+
+    def topological_sort(self):
+        pass
+
+
+def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version: str, precision_mode: str) -> list:
+    """Failure dumps (one JSON per miss) and, with codegen_compile_debug, one .pbtxt ModelDef
+    per fused kernel holding the unfused subgraph it replaced.  Returns the files written."""
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    index = 0
+    for stats in result.fusion_stats:
+        for miss in stats.misses:
+            path = os.path.join(directory, f"fusion_failure_{index:04d}_{_safe(miss.pass_name)}.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(miss.to_json(), f, indent=2)
+            written.append(path)
+            index += 1
+    if with_subgraphs:
+        for node in result.graph.nodes:
+            if not node.provenance.get("pass"):
+                continue
+            view = _SubgraphView(result.unfused, set(node.origin), node.name)
+            parts = build_partitions(view, node.name, soc_version, precision_mode,
+                                     extra_attrs={"fused_kernel": node.op_type,
+                                                  "fusion_pass": node.provenance["pass"]})
+            path = os.path.join(directory, f"{_safe(node.name)}.pbtxt")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text_format.MessageToString(parts.model_def))
+            written.append(path)
+    return written
+
+
+def emit(result, options, log) -> FusionReport:
+    """Print the report (when the log level asks for it), write fusion_result.json and dumps."""
+    report = build_report(result, options.soc_version, options.precision_mode)
+    for line in report_lines(report):
+        log.ge(line)
+    for miss in report.misses:
+        log.debug(f"[GE] fusion miss {miss.code} {miss.reason_name}: pass {miss.pass_name}, anchor "
+                  f"{miss.anchor}, ops {[t for _, t in miss.nodes]}: {miss.constraint}; tensors {miss.tensors}")
+    with open(FUSION_RESULT_FILE + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(fusion_result_json(result), f, indent=2)
+    os.replace(FUSION_RESULT_FILE + ".tmp", FUSION_RESULT_FILE)
+    flags = parse_dfx_flags(os.environ.get("AUTOFUSE_DFX_FLAGS", ""))
+    if flags.get("debug_dir"):
+        files = write_debug_dumps(result, flags["debug_dir"], flags.get("codegen_compile_debug") == "true",
+                                  options.soc_version, options.precision_mode)
+        log.info(f"Wrote {len(files)} fusion debug file(s) to {flags['debug_dir']}.")
+    return report

@@ -1,0 +1,97 @@
+"""`atc`: argument parsing only.  Options become an `AtcOptions`; `atc_py.driver` does the work.
+
+gflags style as ATC: `--key=value` and `--key value` both work; `--help`/`--h` print usage.
+Every failure prints ATC's failure line and the error code, and exits non-zero -- never a
+traceback for a user mistake (set ATC_PY_TRACEBACK=1 to see one for an internal error).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import click
+
+from atc_py.options import AtcOptions
+from ge.errors import AtcError
+
+START_LINE = "ATC start working now, please wait for a moment."
+SUCCESS_LINE = "ATC run success, welcome to the next use."
+FAIL_LINE = "ATC run failed, Please check the detail log, Try 'atc --help' for more information"
+
+_OPTIONS = [
+    ("model", "Model file (.onnx)."),
+    ("framework", "Framework type: 0:Caffe; 1:MindSpore; 3:Tensorflow; 5:Onnx (only 5 is supported)."),
+    ("output", "Output file path and name, without the .om suffix (.om is appended)."),
+    ("soc_version", "Target chip, e.g. Ascend910, Ascend910B2, Ascend310P3."),
+    ("mode", "0: generate offline model (default); 1: model to JSON (--om, --json); "
+             "3: pre-check only (--check_report); 6: display model info (--om)."),
+    ("input_shape", 'Input shapes, e.g. "input_name1:n1,c1,h1,w1;input_name2:n2,c2".'),
+    ("input_format", "Input format: NCHW (default) or ND."),
+    ("out_nodes", 'Output nodes, e.g. "node_name1:0;node_name2:1".'),
+    ("log", "Log level: debug, info, warning, error, null (default)."),
+    ("om", "The .om file for --mode=1 or --mode=6."),
+    ("json", "The JSON file written by --mode=1."),
+    ("check_report", "The pre-check report written by --mode=3 (default check_result.json)."),
+    ("precision_mode", "force_fp16 (default), force_fp32, allow_fp32_to_fp16, must_keep_origin_dtype, "
+                       "allow_mix_precision."),
+    ("fusion_switch_file", "JSON file that switches fusion passes on and off."),
+    ("super_kernel_scope", "Group consecutive kernels into super kernels: 'all', or name prefixes "
+                           "separated by ',' or a regex 're:<pattern>'."),
+]
+
+
+def _build_command() -> click.Command:
+    params = [click.Option([f"--{name}"], type=str, default=None, help=text) for name, text in _OPTIONS]
+    return click.Command("atc", params=params, callback=lambda **kw: kw,
+                         context_settings={"help_option_names": ["--help", "--h", "-h"]},
+                         help="atc_py: convert an ONNX model to an Ascend offline model (.om).")
+
+
+def parse_args(argv: list) -> AtcOptions:
+    try:
+        values = _build_command().main(args=list(argv), prog_name="atc", standalone_mode=False)
+    except click.exceptions.NoSuchOption as exc:
+        raise AtcError("E10001", f"Parameter [{exc.option_name}] is not supported.",
+                       "Try 'atc --help' for the supported parameters.")
+    except click.exceptions.BadOptionUsage as exc:
+        raise AtcError("E10001", f"Parameter [{exc.option_name}] needs a value.", "Write --key=value.")
+    except click.exceptions.UsageError as exc:
+        raise AtcError("E10001", f"Invalid command line: {exc.format_message()}",
+                       "Try 'atc --help' for the supported parameters.")
+    if not isinstance(values, dict):  # --help was printed
+        raise SystemExit(0)
+    given = {k: v for k, v in values.items() if v is not None}
+    return AtcOptions(**given)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("--help", "--h", "-h") for a in argv):
+        _build_command().main(args=["--help"], prog_name="atc", standalone_mode=False)
+        return 0
+    print(START_LINE, flush=True)
+    try:
+        options = parse_args(argv)
+        options.validate()
+        from atc_py.driver import run
+        run(options)
+    except AtcError as err:
+        print(FAIL_LINE)
+        print(err.render())
+        return 1
+    except KeyboardInterrupt:
+        print(FAIL_LINE)
+        return 130
+    except Exception as exc:  # an internal error is still reported ATC-style
+        print(FAIL_LINE)
+        print(f"E19999: Inner Error! {type(exc).__name__}: {exc}")
+        if os.environ.get("ATC_PY_TRACEBACK"):
+            traceback.print_exc()
+        return 1
+    print(SUCCESS_LINE)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

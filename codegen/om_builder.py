@@ -1,0 +1,144 @@
+"""Lower an IR graph into the .om partitions: ModelDef, weights, task list.
+
+Layout of partition 0 (ge.proto ModelDef, one GraphDef):
+- one `Data` op per graph input (attr `index`), one `Const` op per constant (its tensor in
+  the weights partition, `desc.data_offset`/`desc.weight_size`), one op per IR node with its
+  GE type, ONNX attributes and `output_desc`s named after the IR values, then `NetOutput`.
+- provenance attrs on every compute op: `original_op_names` (the ONNX nodes it covers; Netron
+  hides this attr), `_fusion_pass`, `_compute_dtype`; `relu_flag` when a fused kernel ends in
+  ReLU (Netron draws it); `_input_slots` only when optional inputs leave gaps.
+Partition 2 is our ModelTaskDef: one TaskDef per launched kernel, in execution order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from codegen.ops.registry import OpKind, get_op
+from ge.ir import Graph, Node, Value
+from om_format import attrs as om_attrs
+from om_format.container import PartitionType
+from om_format.schema import ModelDef, ModelTaskDef
+from om_format.weights import WeightsBuilder
+
+FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
+# What each ATC precision mode makes a float kernel compute in (see ARCHITECTURE.md).
+_PRECISION_RULES = {
+    "force_fp16": lambda kind: np.dtype(np.float16),
+    "force_fp32": lambda kind: np.dtype(np.float32),
+    "must_keep_origin_dtype": lambda kind: None,
+    "allow_fp32_to_fp16": lambda kind: None,     # every kernel here supports fp32: it stays fp32
+    "allow_mix_precision": lambda kind: np.dtype(np.float16) if kind == OpKind.OUT_EWISE_FUSABLE else None,
+}
+
+
+def compute_dtype(node: Node, precision_mode: str) -> np.dtype:
+    """The dtype a kernel computes its float tensors in under `precision_mode`."""
+    floats = [np.dtype(v.desc.dtype) for v in list(node.inputs) + node.outputs
+              if v is not None and np.dtype(v.desc.dtype) in FLOAT_TYPES]
+    if not floats:
+        return np.dtype(node.outputs[0].desc.dtype) if node.outputs else np.dtype(np.float32)
+    op = get_op(node.op_type)
+    chosen = _PRECISION_RULES[precision_mode](op.kind if op else OpKind.OPAQUE)
+    return chosen if chosen is not None else floats[0]
+
+
+@dataclass
+class OmPartitions:
+    model_def: ModelDef
+    weights: bytes
+    tasks: ModelTaskDef
+    kernel_count: int
+
+    def as_dict(self) -> dict:
+        return {PartitionType.MODEL_DEF: self.model_def.SerializeToString(deterministic=True),
+                PartitionType.WEIGHTS_DATA: self.weights,
+                PartitionType.TASK_INFO: self.tasks.SerializeToString(deterministic=True)}
+
+
+def _ref(value: Value, names: dict) -> str:
+    return names[id(value)]
+
+
+def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_mode: str,
+                     extra_attrs: Optional[dict] = None) -> OmPartitions:
+    graph.topological_sort()
+    model = ModelDef(name=model_name, version=1)
+    om_attrs.set_attrs(model.attr, {"soc_version": soc_version, "precision_mode": precision_mode,
+                                    "framework": "onnx", "producer": "atc_py", **(extra_attrs or {})})
+    g = model.graph.add(name=graph.name)
+    weights = WeightsBuilder()
+    refs: dict = {}   # id(value) -> "opName:index"
+
+    for index, value in enumerate(graph.inputs):
+        op = g.op.add(name=value.name, type="Data", id=len(g.op))
+        om_attrs.set_attrs(op.attr, {"index": index})
+        op.input_desc.add().CopyFrom(om_attrs.tensor_desc(value.name, value.desc.dtype, value.desc.shape,
+                                                          value.desc.format))
+        op.output_desc.add().CopyFrom(om_attrs.tensor_desc(value.name, value.desc.dtype, value.desc.shape,
+                                                           value.desc.format))
+        refs[id(value)] = f"{value.name}:0"
+        g.input.append(value.name)
+
+    def const_ref(value: Value) -> str:
+        if id(value) not in refs:
+            array = np.ascontiguousarray(value.const)
+            offset, size = weights.add_bytes(om_attrs.tensor_def(array).data)
+            op = g.op.add(name=value.name, type="Const", id=len(g.op))
+            tensor = om_attrs.tensor_def(array, value.name)
+            tensor.data = b""
+            tensor.desc.data_offset, tensor.desc.weight_size = offset, size
+            op.attr["value"].t.CopyFrom(tensor)
+            out = op.output_desc.add()
+            out.CopyFrom(tensor.desc)
+            refs[id(value)] = f"{value.name}:0"
+        return refs[id(value)]
+
+    tasks = ModelTaskDef(version="atc_py-1", soc_version=soc_version, precision_mode=precision_mode)
+    for node in graph.nodes:
+        opdef = get_op(node.op_type)
+        inputs = [(i, v) for i, v in enumerate(node.inputs) if v is not None]
+        in_refs = [const_ref(v) if v.is_const else _ref(v, refs) for _, v in inputs]
+        op = g.op.add(name=node.name, type=opdef.om_type, id=len(g.op))
+        op.input.extend(in_refs)
+        for _, v in inputs:
+            op.input_desc.add().CopyFrom(om_attrs.tensor_desc(v.name, v.desc.dtype, v.desc.shape, v.desc.format))
+        for i, v in enumerate(node.outputs):
+            op.output_desc.add().CopyFrom(om_attrs.tensor_desc(v.name, v.desc.dtype, v.desc.shape, v.desc.format))
+            refs[id(v)] = f"{node.name}:{i}"
+        dtype = compute_dtype(node, precision_mode)
+        attrs = dict(node.attrs)
+        attrs["original_op_names"] = node.origin
+        attrs["_fusion_pass"] = node.provenance.get("pass", "")
+        attrs["_compute_dtype"] = str(dtype)
+        if len(inputs) != len(node.inputs):
+            attrs["_input_slots"] = [i for i, _ in inputs] + [-len(node.inputs)]
+        if node.attrs.get("activation") == "Relu":
+            attrs["relu_flag"] = True
+        om_attrs.set_attrs(op.attr, attrs)
+        if not opdef.no_task:
+            task = tasks.task.add(id=len(tasks.task), type=0, stream_id=0, op_name=node.name,
+                                  op_type=opdef.om_type, kernel_type=_kernel_type(opdef.kind),
+                                  fusion_pass=node.provenance.get("pass", ""),
+                                  compute_dtype=om_attrs.to_ge_dtype(dtype))
+            task.inputs.extend(in_refs)
+            task.outputs.extend(f"{node.name}:{i}" for i in range(len(node.outputs)))
+            task.origin_op_names.extend(node.origin)
+            task.input_desc.extend(op.input_desc)
+            task.output_desc.extend(op.output_desc)
+
+    net = g.op.add(name="NetOutput", type="NetOutput", id=len(g.op))
+    for value in graph.outputs:
+        net.input.append(const_ref(value) if value.is_const else _ref(value, refs))
+        net.input_desc.add().CopyFrom(om_attrs.tensor_desc(value.name, value.desc.dtype, value.desc.shape,
+                                                           value.desc.format))
+    om_attrs.set_attrs(net.attr, {"_output_names": [v.name for v in graph.outputs]})
+    g.output.extend(net.input)
+    tasks.weight_size = len(weights.bytes())
+    return OmPartitions(model, weights.bytes(), tasks, len(tasks.task))
+
+
+def _kernel_type(kind: OpKind) -> str:
+    return "AI_CORE" if kind == OpKind.OUT_EWISE_FUSABLE else "AI_VECTOR"
