@@ -178,7 +178,8 @@ class KernelSpec:
 
     Bytes are global-memory traffic in the compute dtype: `input_bytes` every external input
     read (weights included), `output_bytes` every output written, `intermediate_bytes` the
-    tensors a fused kernel keeps on chip instead.  `l2_resident_input_bytes` of the inputs
+    tensors a fused kernel keeps on chip instead (defaults to ``work.onchip_bytes``; an
+    explicit value wins, they are never added).  `l2_resident_input_bytes` of the inputs
     are expected to hit in L2 (e.g. just written by the previous kernel; the caller decides).
     `parallel_blocks` overrides the default split (see `_blocks`), e.g. for reductions
     whose partial results combine across cores.  `no_task` kernels are views: free."""
@@ -188,7 +189,7 @@ class KernelSpec:
     work: Work = field(default_factory=Work)
     input_bytes: int = 0
     output_bytes: int = 0
-    intermediate_bytes: int = 0
+    intermediate_bytes: Optional[int] = None      # None: take `work.onchip_bytes`
     compute_dtype: np.dtype = np.dtype(np.float16)
     no_task: bool = False
     output_elements: Optional[int] = None
@@ -197,6 +198,8 @@ class KernelSpec:
 
     def __post_init__(self):
         self.compute_dtype = np.dtype(self.compute_dtype)
+        if self.intermediate_bytes is None:
+            self.intermediate_bytes = int(getattr(self.work, "onchip_bytes", 0))
         for name in ("input_bytes", "output_bytes", "intermediate_bytes", "l2_resident_input_bytes"):
             if getattr(self, name) < 0:
                 raise AtcError("E19999", f"kernel {self.name}: {name} is negative")
