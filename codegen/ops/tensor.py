@@ -1,0 +1,712 @@
+"""Shape and data-movement ops: views, transposes, slicing, gathers, padding, resizing, ...
+
+Config inputs (Reshape shape, Slice starts/ends/axes/steps, Pad pads, Resize scales/sizes,
+TopK k, ...) arrive as attributes (canonical form, see registry.py); compute and infer read
+only the attributes.  Data movement is priced as one `move` per output element; views
+(Reshape, Flatten, Squeeze, Unsqueeze) launch no kernel and cost nothing.  Float16 data is
+moved as is; Resize(linear) and Einsum compute in float32 and cast back.
+"""
+from __future__ import annotations
+
+import math
+import string
+
+import numpy as np
+
+from codegen.ops.common import broadcast_shape, no_work, normalize_axes, normalize_axis, \
+    per_output_element
+from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
+from ge.errors import AtcError
+
+
+def _err(op: str, message: str, solution: str = "Check the node's inputs and attributes.") -> AtcError:
+    return AtcError("E16005", f"{op}: {message}", solution)
+
+
+def _int_list(value) -> list:
+    if value is None:
+        return None
+    return [int(v) for v in np.atleast_1d(np.asarray(value)).reshape(-1)]
+
+
+def _scalar(value, default=None):
+    if value is None:
+        return default
+    flat = np.asarray(value).reshape(-1)
+    return flat[0].item() if flat.size else default
+
+
+def _tt(dtype, shape) -> list:
+    return [TensorType(np.dtype(dtype), tuple(int(d) for d in shape))]
+
+
+def _like(compute_shape):
+    """Infer rule for ops that keep the input dtype and compute a new shape from attrs."""
+
+    def infer(inputs, attrs):
+        return _tt(inputs[0].dtype, compute_shape(tuple(inputs[0].shape), attrs))
+
+    return infer
+
+
+_move = per_output_element("move")
+
+
+def _reg(op_type, kind, compute, infer, work=_move, **kw):
+    register(OpDef(op_type, kind, compute, infer, work, **kw))
+
+
+# -- views ------------------------------------------------------------------------------------
+
+
+def reshape_shape(shape, attrs):
+    target = _int_list(attrs.get("shape"))
+    if target is None:
+        raise _err("Reshape", "the target shape is unknown", "Make the shape input constant.")
+    allowzero = int(attrs.get("allowzero", 0))
+    out = [shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
+    if out.count(-1) > 1:
+        raise _err("Reshape", f"more than one -1 in shape {target}")
+    size = math.prod(shape)
+    if -1 in out:
+        known = math.prod(d for d in out if d != -1)
+        if known == 0 or size % known:
+            raise _err("Reshape", f"cannot infer -1 in {target} for input {shape}")
+        out[out.index(-1)] = size // known
+    if math.prod(out) != size or any(d < 0 for d in out):
+        raise _err("Reshape", f"cannot reshape {shape} to {target}")
+    return tuple(out)
+
+
+def flatten_shape(shape, attrs):
+    axis = int(attrs.get("axis", 1))          # in [-r, r]: -1 means before the last axis
+    if not -len(shape) <= axis <= len(shape):
+        raise _err("Flatten", f"axis {axis} out of range for rank {len(shape)}")
+    axis = axis + len(shape) if axis < 0 else axis
+    return (math.prod(shape[:axis]), math.prod(shape[axis:]))
+
+
+def squeeze_shape(shape, attrs):
+    axes = attrs.get("axes")
+    if axes is None or len(_int_list(axes)) == 0:
+        return tuple(d for d in shape if d != 1)
+    axes = normalize_axes(_int_list(axes), len(shape))
+    if any(shape[a] != 1 for a in axes):
+        raise _err("Squeeze", f"axes {axes} of shape {shape} are not all 1")
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def unsqueeze_shape(shape, attrs):
+    axes = _int_list(attrs.get("axes"))
+    if not axes:
+        raise _err("Unsqueeze", "attribute axes is missing", "Make the axes input constant.")
+    rank = len(shape) + len(axes)
+    axes = normalize_axes(axes, rank)
+    if len(set(axes)) != len(axes):
+        raise _err("Unsqueeze", f"repeated axes {axes}")
+    it = iter(shape)
+    return tuple(1 if i in axes else next(it) for i in range(rank))
+
+
+def _view(shape_fn):
+    return lambda inputs, attrs: [inputs[0].reshape(shape_fn(inputs[0].shape, attrs))]
+
+
+for _op, _fn, _ge, _cfg in [("Reshape", reshape_shape, "Reshape", ((1, "shape"),)),
+                            ("Flatten", flatten_shape, "Flatten", ()),
+                            ("Squeeze", squeeze_shape, "Squeeze", ((1, "axes"),)),
+                            ("Unsqueeze", unsqueeze_shape, "", ((1, "axes"),))]:
+    _reg(_op, OpKind.INJECTIVE, _view(_fn), _like(_fn), no_work, ge_type=_ge,
+         config_inputs=_cfg, no_task=True)
+
+
+# -- transpose, concat, split, slice ------------------------------------------------------------
+
+
+def _perm(rank, attrs):
+    perm = _int_list(attrs.get("perm"))
+    if perm is None or len(perm) == 0:
+        return list(range(rank))[::-1]
+    if len(perm) != rank or normalize_axes(perm, rank) != list(range(rank)):
+        raise _err("Transpose", f"perm {perm} is not a permutation of {rank} axes")
+    return [normalize_axis(p, rank) for p in perm]
+
+
+_reg("Transpose", OpKind.INJECTIVE,
+     lambda inputs, attrs: [np.ascontiguousarray(np.transpose(inputs[0], _perm(inputs[0].ndim, attrs)))],
+     _like(lambda s, a: tuple(s[p] for p in _perm(len(s), a))), ge_type="Transpose")
+
+
+def concat_compute(inputs, attrs):
+    xs = [x for x in inputs if x is not None]
+    return [np.concatenate(xs, axis=normalize_axis(int(attrs["axis"]), xs[0].ndim))]
+
+
+def concat_infer(inputs, attrs):
+    ts = [t for t in inputs if t is not None]
+    axis = normalize_axis(int(attrs["axis"]), len(ts[0].shape))
+    for t in ts:
+        if len(t.shape) != len(ts[0].shape) or any(
+                a != b for i, (a, b) in enumerate(zip(t.shape, ts[0].shape)) if i != axis):
+            raise _err("Concat", f"input shapes {[tuple(t.shape) for t in ts]} differ off axis {axis}")
+    shape = list(ts[0].shape)
+    shape[axis] = sum(t.shape[axis] for t in ts)
+    return _tt(ts[0].dtype, shape)
+
+
+_reg("Concat", OpKind.INJECTIVE, concat_compute, concat_infer, ge_type="ConcatD")
+
+
+def _split_sizes(shape, attrs):
+    axis = normalize_axis(int(attrs.get("axis", 0)), len(shape))
+    dim = shape[axis]
+    split = _int_list(attrs.get("split"))
+    if split:
+        if sum(split) != dim or any(s < 0 for s in split):
+            raise _err("Split", f"sizes {split} do not add up to {dim}")
+        return axis, split
+    n = int(attrs.get("num_outputs", 0))
+    if n <= 0:
+        raise _err("Split", "neither split nor num_outputs is given")
+    chunk = -(-dim // n)              # opset 18: equal chunks, the last one may be smaller
+    sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
+    return axis, sizes
+
+
+def split_compute(inputs, attrs):
+    x = inputs[0]
+    axis, sizes = _split_sizes(x.shape, attrs)
+    return [np.ascontiguousarray(p) for p in np.split(x, np.cumsum(sizes)[:-1], axis=axis)]
+
+
+def split_infer(inputs, attrs):
+    shape = list(inputs[0].shape)
+    axis, sizes = _split_sizes(shape, attrs)
+    return [TensorType(np.dtype(inputs[0].dtype), tuple(shape[:axis] + [s] + shape[axis + 1:]))
+            for s in sizes]
+
+
+_reg("Split", OpKind.INJECTIVE, split_compute, split_infer, ge_type="SplitD",
+     config_inputs=((1, "split"),))
+
+
+def _slices(shape, attrs):
+    """Python slices for ONNX Slice, with ONNX clamping (negative steps included)."""
+    starts, ends = _int_list(attrs.get("starts")), _int_list(attrs.get("ends"))
+    if starts is None or ends is None or len(starts) != len(ends):
+        raise _err("Slice", f"starts {starts} and ends {ends} must be given with equal length")
+    axes = _int_list(attrs.get("axes")) or list(range(len(starts)))
+    steps = _int_list(attrs.get("steps")) or [1] * len(starts)
+    index = [slice(None)] * len(shape)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        axis = normalize_axis(axis, len(shape))
+        dim = shape[axis]
+        if step == 0:
+            raise _err("Slice", "a step is 0")
+        start = start + dim if start < 0 else start
+        end = end + dim if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        index[axis] = slice(start, None if end < 0 else end, step)
+    return tuple(index)
+
+
+def _slice_len(s: slice, dim: int) -> int:
+    return len(range(*s.indices(dim)))
+
+
+_reg("Slice", OpKind.INJECTIVE,
+     lambda inputs, attrs: [np.ascontiguousarray(inputs[0][_slices(inputs[0].shape, attrs)])],
+     _like(lambda s, a: tuple(_slice_len(sl, d) for sl, d in zip(_slices(s, a), s))),
+     ge_type="StridedSliceD",
+     config_inputs=((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps")))
+
+
+# -- gathers ------------------------------------------------------------------------------------
+
+
+def _fix_indices(indices, dim):
+    indices = np.asarray(indices).astype(np.int64, copy=False)
+    return np.where(indices < 0, indices + dim, indices)
+
+
+def gather_compute(inputs, attrs):
+    data, indices = inputs[0], inputs[1]
+    axis = normalize_axis(int(attrs.get("axis", 0)), data.ndim)
+    idx = _fix_indices(indices, data.shape[axis])
+    if idx.size and (idx.min() < 0 or idx.max() >= data.shape[axis]):
+        raise _err("Gather", f"indices out of range for axis {axis} of size {data.shape[axis]}")
+    return [np.take(data, idx, axis=axis)]
+
+
+def gather_infer(inputs, attrs):
+    data, indices = inputs[0], inputs[1]
+    axis = normalize_axis(int(attrs.get("axis", 0)), len(data.shape))
+    return _tt(data.dtype, data.shape[:axis] + tuple(indices.shape) + data.shape[axis + 1:])
+
+
+_reg("Gather", OpKind.INJECTIVE, gather_compute, gather_infer, ge_type="GatherV2D")
+
+
+def gather_elements_compute(inputs, attrs):
+    data, indices = inputs[0], inputs[1]
+    axis = normalize_axis(int(attrs.get("axis", 0)), data.ndim)
+    return [np.take_along_axis(data, _fix_indices(indices, data.shape[axis]), axis=axis)]
+
+
+_reg("GatherElements", OpKind.INJECTIVE, gather_elements_compute,
+     lambda inputs, attrs: _tt(inputs[0].dtype, inputs[1].shape))
+
+
+# -- expand, tile, pad ----------------------------------------------------------------------------
+
+
+def _expand_shape(shape, attrs):
+    target = _int_list(attrs.get("shape"))
+    if target is None:
+        raise _err("Expand", "the target shape is unknown", "Make the shape input constant.")
+    try:
+        return broadcast_shape(shape, target)
+    except ValueError:
+        raise _err("Expand", f"shape {shape} does not broadcast to {target}") from None
+
+
+_reg("Expand", OpKind.BROADCAST,
+     lambda inputs, attrs: [np.broadcast_to(inputs[0], _expand_shape(inputs[0].shape, attrs)).copy()],
+     _like(_expand_shape), ge_type="BroadcastTo", config_inputs=((1, "shape"),))
+
+
+def _repeats(shape, attrs):
+    repeats = _int_list(attrs.get("repeats"))
+    if repeats is None or len(repeats) != len(shape) or any(r < 0 for r in repeats):
+        raise _err("Tile", f"repeats {repeats} must have one non-negative value per axis of {shape}")
+    return repeats
+
+
+_reg("Tile", OpKind.INJECTIVE,
+     lambda inputs, attrs: [np.tile(inputs[0], _repeats(inputs[0].shape, attrs))],
+     _like(lambda s, a: tuple(d * r for d, r in zip(s, _repeats(s, a)))), ge_type="Tile",
+     config_inputs=((1, "repeats"),))
+
+
+def _pads(shape, attrs):
+    pads = _int_list(attrs.get("pads"))
+    rank = len(shape)
+    axes = _int_list(attrs.get("axes"))
+    axes = list(range(rank)) if not axes else [normalize_axis(a, rank) for a in axes]
+    if pads is None or len(pads) != 2 * len(axes):
+        raise _err("Pad", f"pads {pads} must have 2 values per padded axis ({len(axes)} axes)")
+    begin, end = [0] * rank, [0] * rank
+    for i, axis in enumerate(axes):
+        begin[axis], end[axis] = pads[i], pads[i + len(axes)]
+    return begin, end
+
+
+def pad_compute(inputs, attrs):
+    x = inputs[0]
+    begin, end = _pads(x.shape, attrs)
+    mode = attrs.get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    # Negative pads crop: crop first, then pad the positive parts.
+    crop = tuple(slice(-b if b < 0 else 0, d + e if e < 0 else d)
+                 for b, e, d in zip(begin, end, x.shape))
+    x = x[crop]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+    if mode == "constant":
+        value = np.asarray(_scalar(attrs.get("constant_value"), 0)).astype(x.dtype)
+        return [np.pad(x, widths, mode="constant", constant_values=value)]
+    if mode in ("reflect", "edge", "wrap"):
+        return [np.pad(x, widths, mode=mode)]
+    raise _err("Pad", f"mode [{mode}] is not supported", "Use constant, reflect, edge or wrap.")
+
+
+def _pad_shape(shape, attrs):
+    begin, end = _pads(shape, attrs)
+    return tuple(d + b + e for d, b, e in zip(shape, begin, end))
+
+
+_reg("Pad", OpKind.INJECTIVE, pad_compute, _like(_pad_shape), ge_type="Pad",
+     config_inputs=((1, "pads"), (2, "constant_value"), (3, "axes")))
+
+
+# -- shape-only and generated tensors ----------------------------------------------------------
+
+
+def _shape_range(rank, attrs):
+    start = int(attrs.get("start", 0))
+    end = attrs.get("end")
+    end = rank if end is None else int(end)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return start, end
+
+
+def shape_compute(inputs, attrs):
+    start, end = _shape_range(inputs[0].ndim, attrs)
+    return [np.array(inputs[0].shape[start:end], dtype=np.int64)]
+
+
+def shape_infer(inputs, attrs):
+    start, end = _shape_range(len(inputs[0].shape), attrs)
+    return _tt(np.int64, (max(end - start, 0),))
+
+
+# Shape, Size, ConstantOfShape, Range, NonZero are OPAQUE: they are folded or run alone.
+_reg("Shape", OpKind.OPAQUE, shape_compute, shape_infer, no_work, ge_type="Shape")
+_reg("Size", OpKind.OPAQUE, lambda inputs, attrs: [np.array(inputs[0].size, dtype=np.int64)],
+     lambda inputs, attrs: _tt(np.int64, ()), no_work, ge_type="Size")
+
+
+def _value_dependent(op):
+    def infer(inputs, attrs):
+        raise AtcError("E16004", f"{op}: the output shape depends on input values that are not "
+                       "constant", "Give the model static shapes (--input_shape) so the inputs fold.")
+
+    return infer
+
+
+def constant_of_shape_compute(inputs, attrs):
+    value = attrs.get("value")
+    value = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    shape = _int_list(inputs[0])
+    if any(d < 0 for d in shape):
+        raise _err("ConstantOfShape", f"negative dimension in {shape}")
+    return [np.full(shape, value[0], dtype=value.dtype)]
+
+
+_reg("ConstantOfShape", OpKind.OPAQUE, constant_of_shape_compute,
+     _value_dependent("ConstantOfShape"), ge_type="Fill")
+
+
+def range_compute(inputs, attrs):
+    start, limit, delta = (np.asarray(x).reshape(()) for x in inputs[:3])
+    if delta == 0:
+        raise _err("Range", "delta is 0")
+    n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]
+
+
+_reg("Range", OpKind.OPAQUE, range_compute, _value_dependent("Range"),
+     per_output_element("alu"), ge_type="Range")
+
+
+def nonzero_compute(inputs, attrs):
+    x = np.asarray(inputs[0])
+    return [np.array(np.nonzero(np.atleast_1d(x)), dtype=np.int64).reshape(max(x.ndim, 1), -1)]
+
+
+_reg("NonZero", OpKind.OPAQUE, nonzero_compute, _value_dependent("NonZero"),
+     lambda inputs, outputs, attrs: Work().add_vector("alu", inputs[0].size))
+
+
+# -- DepthToSpace, SpaceToDepth, Trilu, CumSum -------------------------------------------------
+
+
+def depth_to_space_compute(inputs, attrs):
+    x = inputs[0]
+    b = int(attrs["blocksize"])
+    n, c, h, w = x.shape
+    mode = attrs.get("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode == "DCR":
+        y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return [y.reshape(n, c // (b * b), h * b, w * b)]
+
+
+def _d2s_shape(s, a):
+    b = int(a["blocksize"])
+    if len(s) != 4 or s[1] % (b * b):
+        raise _err("DepthToSpace", f"input {s} is not NCHW with C divisible by {b * b}")
+    return (s[0], s[1] // (b * b), s[2] * b, s[3] * b)
+
+
+def space_to_depth_compute(inputs, attrs):
+    x = inputs[0]
+    b = int(attrs["blocksize"])
+    n, c, h, w = x.shape
+    y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    return [y.reshape(n, c * b * b, h // b, w // b)]
+
+
+def _s2d_shape(s, a):
+    b = int(a["blocksize"])
+    if len(s) != 4 or s[2] % b or s[3] % b:
+        raise _err("SpaceToDepth", f"input {s} is not NCHW with H, W divisible by {b}")
+    return (s[0], s[1] * b * b, s[2] // b, s[3] // b)
+
+
+_reg("DepthToSpace", OpKind.INJECTIVE, depth_to_space_compute, _like(_d2s_shape),
+     ge_type="DepthToSpace")
+_reg("SpaceToDepth", OpKind.INJECTIVE, space_to_depth_compute, _like(_s2d_shape),
+     ge_type="SpaceToDepth")
+
+
+def trilu_compute(inputs, attrs):
+    k = int(_scalar(attrs.get("k"), 0))
+    fn = np.triu if int(attrs.get("upper", 1)) else np.tril
+    return [fn(inputs[0], k)]
+
+
+_reg("Trilu", OpKind.INJECTIVE, trilu_compute, _like(lambda s, a: s), per_output_element("alu"),
+     config_inputs=((1, "k"),))
+
+
+def cumsum_compute(inputs, attrs):
+    x = inputs[0]
+    axis = normalize_axis(int(_scalar(attrs.get("axis"), 0)), x.ndim)
+    reverse, exclusive = int(attrs.get("reverse", 0)), int(attrs.get("exclusive", 0))
+    y = np.flip(x, axis) if reverse else x
+    y = np.cumsum(y, axis=axis, dtype=x.dtype)
+    if exclusive:
+        y = np.concatenate([np.zeros_like(np.take(y, [0], axis=axis)),
+                            np.take(y, np.arange(y.shape[axis] - 1), axis=axis)], axis=axis)
+    return [np.ascontiguousarray(np.flip(y, axis) if reverse else y)]
+
+
+_reg("CumSum", OpKind.OPAQUE, cumsum_compute, _like(lambda s, a: s), per_output_element("alu"),
+     ge_type="Cumsum", config_inputs=((1, "axis"),))
+
+
+# -- OneHot, TopK -----------------------------------------------------------------------------
+
+
+def onehot_compute(inputs, attrs):
+    indices = inputs[0]
+    values = [x for x in inputs[1:] if x is not None][-1]
+    depth = int(_scalar(attrs.get("depth")))
+    axis = normalize_axis(int(attrs.get("axis", -1)), indices.ndim + 1)
+    idx = np.asarray(indices).astype(np.int64)
+    idx = np.where(idx < 0, idx + depth, idx)
+    hot = np.expand_dims(idx, axis) == np.arange(depth).reshape(
+        (-1,) + (1,) * (indices.ndim - axis))
+    return [np.where(hot, values.reshape(-1)[1], values.reshape(-1)[0])]
+
+
+def onehot_infer(inputs, attrs):
+    shape = list(inputs[0].shape)
+    axis = normalize_axis(int(attrs.get("axis", -1)), len(shape) + 1)
+    values = [t for t in inputs[1:] if t is not None][-1]
+    return _tt(values.dtype, shape[:axis] + [int(_scalar(attrs.get("depth")))] + shape[axis:])
+
+
+_reg("OneHot", OpKind.INJECTIVE, onehot_compute, onehot_infer, per_output_element("alu", 2),
+     ge_type="OneHot", config_inputs=((1, "depth"),))
+
+
+def _topk_args(shape, attrs):
+    axis = normalize_axis(int(attrs.get("axis", -1)), len(shape))
+    k = _scalar(attrs.get("k"))
+    if k is None or not 0 <= int(k) <= shape[axis]:
+        raise _err("TopK", f"k={k} is not in [0, {shape[axis]}]")
+    return axis, int(k)
+
+
+def topk_compute(inputs, attrs):
+    x = inputs[0]
+    axis, k = _topk_args(x.shape, attrs)
+    n = x.shape[axis]
+    if int(attrs.get("largest", 1)):
+        # Descending values, ties by ascending index: stable sort of the flipped axis, reversed.
+        order = n - 1 - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+    else:
+        order = np.argsort(x, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(k), axis=axis)
+    return [np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)]
+
+
+def topk_infer(inputs, attrs):
+    shape = list(inputs[0].shape)
+    axis, k = _topk_args(shape, attrs)
+    shape[axis] = k
+    return _tt(inputs[0].dtype, shape) + _tt(np.int64, shape)
+
+
+def topk_work(inputs, outputs, attrs):
+    n = inputs[0].shape[normalize_axis(int(attrs.get("axis", -1)), len(inputs[0].shape))]
+    return Work().add_vector("alu", inputs[0].size * max(1, math.ceil(math.log2(max(n, 2)))))
+
+
+_reg("TopK", OpKind.OPAQUE, topk_compute, topk_infer, topk_work, ge_type="TopK",
+     config_inputs=((1, "k"),))
+
+
+# -- Einsum -------------------------------------------------------------------------------------
+
+
+def _einsum_parse(equation: str, shapes):
+    """Letter -> size, and the output letters/shape of an einsum equation (with '...')."""
+    eq = equation.replace(" ", "")
+    lhs, _, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise _err("Einsum", f"equation {equation} has {len(terms)} operands, got {len(shapes)}")
+    sizes, ell = {}, []
+    for term, shape in zip(terms, shapes):
+        letters = term.replace("...", "")
+        n_ell = len(shape) - len(letters)
+        if n_ell < 0 or (n_ell and "..." not in term):
+            raise _err("Einsum", f"term {term} does not match shape {tuple(shape)}")
+        head = term.split("...")[0] if "..." in term else term
+        dims = list(shape[:len(head)]) + list(shape[len(head) + n_ell:])
+        if "..." in term:
+            ell.append(tuple(shape[len(head):len(head) + n_ell]))
+        for letter, d in zip(letters, dims):
+            if sizes.get(letter, d) != d and 1 not in (d, sizes[letter]):
+                raise _err("Einsum", f"index {letter} has sizes {sizes[letter]} and {d}")
+            sizes[letter] = max(d, sizes.get(letter, d))
+    ell_shape = broadcast_shape(*ell) if ell else ()
+    if not eq.count("->"):
+        counts = {c: lhs.count(c) for c in set(lhs) if c in string.ascii_letters}
+        rhs = ("..." if ell else "") + "".join(sorted(c for c, n in counts.items() if n == 1))
+    head, _, tail = rhs.partition("...")
+    out = [sizes[c] for c in head] + (list(ell_shape) if "..." in rhs else []) + \
+        [sizes[c] for c in tail]
+    return sizes, ell_shape, tuple(out)
+
+
+def einsum_compute(inputs, attrs):
+    xs = [x for x in inputs if x is not None]
+    ct = np.float32 if xs[0].dtype == np.float16 else xs[0].dtype
+    y = np.einsum(attrs["equation"], *[x.astype(ct, copy=False) for x in xs], optimize=True)
+    return [np.asarray(y).astype(xs[0].dtype, copy=False)]
+
+
+def einsum_infer(inputs, attrs):
+    ts = [t for t in inputs if t is not None]
+    return _tt(ts[0].dtype, _einsum_parse(attrs["equation"], [t.shape for t in ts])[2])
+
+
+def einsum_work(inputs, outputs, attrs):
+    ts = [t for t in inputs if t is not None]
+    sizes, ell_shape, _ = _einsum_parse(attrs["equation"], [t.shape for t in ts])
+    products = math.prod(sizes.values()) * math.prod(ell_shape)
+    if len(ts) >= 2:     # a contraction: the cube does every product of the index space
+        return Work(cube_macs=products * (len(ts) - 1))
+    return Work().add_vector("alu", products)
+
+
+_reg("Einsum", OpKind.OUT_EWISE_FUSABLE, einsum_compute, einsum_infer, einsum_work)
+
+
+# -- Resize -------------------------------------------------------------------------------------
+
+
+def _resize_plan(shape, attrs):
+    """Output shape and per-axis scales of Resize (opset 18+: optional `axes`)."""
+    rank = len(shape)
+    axes = _int_list(attrs.get("axes"))
+    axes = list(range(rank)) if not axes else [normalize_axis(a, rank) for a in axes]
+    scales = attrs.get("scales")
+    sizes = attrs.get("sizes")
+    scales = [float(s) for s in np.asarray(scales, dtype=np.float64).reshape(-1)] \
+        if scales is not None else []
+    sizes = _int_list(sizes) if sizes is not None else []
+    out, scale = list(shape), [1.0] * rank
+    if sizes:
+        if len(sizes) != len(axes):
+            raise _err("Resize", f"sizes {sizes} must give one value per axis {axes}")
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+        policy = policy.decode() if isinstance(policy, bytes) else policy
+        ratios = [sizes[i] / shape[a] for i, a in enumerate(axes)]
+        if policy in ("not_larger", "not_smaller"):
+            r = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                out[a], scale[a] = int(round(r * shape[a])), float(np.float32(r))
+        else:
+            for i, a in enumerate(axes):
+                out[a], scale[a] = sizes[i], float(np.float32(sizes[i]) / np.float32(shape[a]))
+    elif scales:
+        if len(scales) != len(axes):
+            raise _err("Resize", f"scales {scales} must give one value per axis {axes}")
+        for i, a in enumerate(axes):
+            out[a], scale[a] = int(math.floor(shape[a] * scales[i])), scales[i]
+    else:
+        raise _err("Resize", "neither scales nor sizes is given", "Make scales or sizes constant.")
+    return tuple(out), scale
+
+
+def _source_coords(out_len, in_len, scale, mode):
+    """Source coordinate of every output index, in float32 as onnxruntime computes it (so
+    ties of nearest rounding land on the same side)."""
+    f32 = np.float32
+    x, scale, in_len, out_len_f = np.arange(out_len, dtype=f32), f32(scale), f32(in_len), f32(out_len)
+    half = f32(0.5)
+    if mode == "half_pixel":
+        return (x + half) / scale - half
+    if mode == "pytorch_half_pixel":
+        return (x + half) / scale - half if out_len > 1 else np.zeros_like(x)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "align_corners":
+        return x * (in_len - 1) / (out_len_f - 1) if out_len > 1 else np.zeros_like(x)
+    if mode == "half_pixel_symmetric":
+        adjustment = out_len_f / (scale * in_len)
+        offset = in_len / 2 * (1 - adjustment)
+        return offset + (x + half) / scale - half
+    raise _err("Resize", f"coordinate_transformation_mode [{mode}] is not supported",
+               "Use half_pixel, pytorch_half_pixel, asymmetric, align_corners or "
+               "half_pixel_symmetric.")
+
+
+def _nearest(coords, rule):
+    if rule == "floor":
+        return np.floor(coords)
+    if rule == "ceil":
+        return np.ceil(coords)
+    frac = coords - np.floor(coords)
+    if rule == "round_prefer_ceil":
+        return np.where(frac == 0.5, np.ceil(coords), np.round(coords))
+    if rule == "round_prefer_floor":
+        return np.where(frac == 0.5, np.floor(coords), np.round(coords))
+    raise _err("Resize", f"nearest_mode [{rule}] is not supported")
+
+
+def _attr_str(attrs, name, default):
+    value = attrs.get(name, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def resize_compute(inputs, attrs):
+    x = inputs[0]
+    mode = _attr_str(attrs, "mode", "nearest")
+    ctm = _attr_str(attrs, "coordinate_transformation_mode", "half_pixel")
+    if mode not in ("nearest", "linear") or int(attrs.get("antialias", 0)) or ctm == "tf_crop_and_resize":
+        raise _err("Resize", f"mode={mode}, antialias={attrs.get('antialias', 0)}, "
+                   f"coordinate_transformation_mode={ctm} is not supported",
+                   "Use mode nearest or linear without antialias.")
+    out, scale = _resize_plan(x.shape, attrs)
+    rule = _attr_str(attrs, "nearest_mode", "round_prefer_floor")
+    y = x if mode == "nearest" else x.astype(np.float32 if x.dtype == np.float16 else x.dtype)
+    for axis, (n_in, n_out) in enumerate(zip(x.shape, out)):
+        if n_in == n_out and scale[axis] == 1.0:
+            continue
+        coords = _source_coords(n_out, n_in, scale[axis], ctm)
+        if mode == "nearest":
+            idx = np.clip(_nearest(coords, rule), 0, n_in - 1).astype(np.int64)
+            y = np.take(y, idx, axis=axis)
+            continue
+        coords = np.clip(coords, 0, n_in - 1)           # separable multilinear, edge-clamped
+        i0 = np.floor(coords).astype(np.int64)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        w = (coords - i0).astype(y.dtype).reshape((-1,) + (1,) * (x.ndim - axis - 1))
+        a, b = np.take(y, i0, axis=axis), np.take(y, i1, axis=axis)
+        y = a + (b - a) * w
+    return [np.ascontiguousarray(y).astype(x.dtype, copy=False)]
+
+
+def resize_work(inputs, outputs, attrs):
+    if _attr_str(attrs, "mode", "nearest") == "nearest":
+        return Work().add_vector("move", outputs[0].size)
+    out, _ = _resize_plan(inputs[0].shape, attrs)
+    axes = sum(1 for a, b in zip(inputs[0].shape, out) if a != b)
+    return Work().add_vector("move", outputs[0].size * 2 ** axes).add_vector(
+        "alu", outputs[0].size * 3 * max(axes, 1))
+
+
+# Resize is OPAQUE: linear mode reads a data-dependent neighbourhood, not one element.
+_reg("Resize", OpKind.OPAQUE, resize_compute, _like(lambda s, a: _resize_plan(s, a)[0]),
+     resize_work, config_inputs=((1, "roi"), (2, "scales"), (3, "sizes")))
