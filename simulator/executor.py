@@ -1,0 +1,83 @@
+"""Run an IR graph numerically with the registry's kernels.
+
+Each kernel sees its float inputs in the dtype it computes in (the .om records it per op)
+and its outputs are stored in that dtype too, so an fp16 graph really passes fp16 tensors
+between kernels; graph outputs are returned in the dtype the model declares.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from codegen.ops.registry import get_op
+from ge.errors import AtcError
+from ge.ir import Graph, Node
+
+FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
+
+
+def _to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if array.dtype in FLOAT_TYPES and array.dtype != dtype:
+        return array.astype(dtype)
+    return array
+
+
+def check_feeds(graph: Graph, feeds: dict) -> None:
+    """Inputs must match the graph's inputs by name, shape and dtype; else E10001-style errors."""
+    names = [v.name for v in graph.inputs]
+    missing = [n for n in names if n not in feeds]
+    extra = [n for n in feeds if n not in names]
+    if missing or extra:
+        raise AtcError("E10001", f"The model has inputs {names}; missing {missing}, unknown {extra}.",
+                       "Give one input per model input, in the model's order.")
+    for value in graph.inputs:
+        array = feeds[value.name]
+        if tuple(array.shape) != tuple(value.desc.shape):
+            raise AtcError("E10001", f"Input [{value.name}] has shape {list(array.shape)}, the model expects "
+                           f"{list(value.desc.shape)}.", "Give inputs of the compiled shape.")
+        if np.dtype(array.dtype) != np.dtype(value.desc.dtype):
+            raise AtcError("E10001", f"Input [{value.name}] has dtype {array.dtype}, the model expects "
+                           f"{np.dtype(value.desc.dtype)}.", "Give inputs of the compiled dtype.")
+
+
+def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.dtype]] = None,
+              on_kernel: Optional[Callable[[Node], None]] = None) -> dict:
+    """Execute every node in order; returns {graph output name: array}."""
+    check_feeds(graph, feeds)
+    env: dict = {id(v): np.asarray(feeds[v.name]) for v in graph.inputs}
+    remaining_uses: dict = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v is not None:
+                remaining_uses[id(v)] = remaining_uses.get(id(v), 0) + 1
+    keep = {id(v) for v in graph.outputs}
+    for node in graph.nodes:
+        op = get_op(node.op_type)
+        dtype = dtype_of(node) if dtype_of else None
+        args = []
+        for v in node.inputs:
+            if v is None:
+                args.append(None)
+                continue
+            array = v.const if v.is_const else env[id(v)]
+            args.append(_to(array, dtype) if dtype is not None else array)
+        results = op.compute(args, node.attrs)
+        if on_kernel is not None:
+            on_kernel(node)
+        for value, result in zip(node.outputs, results):
+            result = np.asarray(result)
+            if tuple(result.shape) != tuple(value.desc.shape):
+                raise AtcError("E19999", f"Kernel [{node.name}] ({node.op_type}) produced shape {list(result.shape)} "
+                               f"for [{value.name}], expected {list(value.desc.shape)}.", "Report this model.")
+            env[id(value)] = result
+        for v in node.inputs:   # free what no later kernel reads
+            if v is not None and not v.is_const:
+                remaining_uses[id(v)] -= 1
+                if remaining_uses[id(v)] == 0 and id(v) not in keep:
+                    env.pop(id(v), None)
+    out = {}
+    for value in graph.outputs:
+        array = value.const if value.is_const else env[id(value)]
+        out[value.name] = array.astype(value.desc.dtype) if array.dtype != np.dtype(value.desc.dtype) else array
+    return out

@@ -1,0 +1,91 @@
+"""Test helpers: compile an ONNX model in-process, run it, compare with onnxruntime."""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from codegen.om_builder import compute_dtype
+from fusion_passes import pipeline
+from fusion_passes.switches import FusionSwitches
+from ge.onnx_import import import_model
+from ge.passes import run_generic
+from simulator.executor import run_graph
+
+
+def lower(model: onnx.ModelProto, input_shapes: Optional[dict] = None):
+    """ONNX -> IR after the generic passes (no fusion)."""
+    graph = import_model(model, input_shapes or {})
+    run_generic(graph)
+    return graph
+
+
+def fuse(model: onnx.ModelProto, disabled_ops: Iterable[str] = (), passes=None,
+         switches: Optional[FusionSwitches] = None, input_shapes: Optional[dict] = None):
+    """ONNX -> IR -> fusion pipeline; returns (graph, {pass_name: PassStats})."""
+    graph = lower(model, input_shapes)
+    switches = switches or FusionSwitches(disabled_ops=set(disabled_ops))
+    stats = pipeline.run_fusion(graph, switches, passes)
+    return graph, {s.pass_name: s for s in stats}
+
+
+def op_types(graph) -> list:
+    return [n.op_type for n in graph.nodes]
+
+
+def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict:
+    """Seeded inputs for every graph input (ints in [0, 10) -- fine for small vocabularies)."""
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for info in model.graph.input:
+        if info.name in inits:
+            continue
+        t = info.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+        if np.issubdtype(dtype, np.integer):
+            feeds[info.name] = rng.integers(0, 10, size=shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[info.name] = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            feeds[info.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def run_ort(model: onnx.ModelProto, feeds: dict) -> dict:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds)))
+
+
+def run_ir(graph, feeds: dict, precision_mode: str = "force_fp32") -> dict:
+    return run_graph(graph, feeds, lambda node: compute_dtype(node, precision_mode))
+
+
+# Documented tolerances (see simulator/COMPARE.md): fp32 kernels, and fp16 kernels that
+# accumulate matrix products in fp32, relative to the largest magnitude of the reference.
+TOLERANCE = {"fp32": dict(rtol=1e-4, atol=1e-4), "fp16": dict(rtol=2e-2, atol=2e-2)}
+
+
+def assert_matches_ort(model: onnx.ModelProto, graph, feeds: Optional[dict] = None, precision: str = "fp32"):
+    """Numbers of the (fused) IR graph equal onnxruntime's on the original model."""
+    feeds = feeds or random_feeds(model)
+    expected = run_ort(model, feeds)
+    mode = "force_fp32" if precision == "fp32" else "force_fp16"
+    got = run_ir(graph, feeds, mode)
+    tol = TOLERANCE[precision]
+    for name, ref in expected.items():
+        out = got[name]
+        assert out.shape == ref.shape, (name, out.shape, ref.shape)
+        if ref.dtype == np.bool_ or np.issubdtype(ref.dtype, np.integer):
+            np.testing.assert_array_equal(out, ref)
+            continue
+        scale = max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0
+        np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
+                                   rtol=tol["rtol"], atol=tol["atol"] * scale, err_msg=name)
