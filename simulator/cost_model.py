@@ -259,7 +259,7 @@ def _blocks(chip: Chip, spec: KernelSpec, cube: bool) -> float:
 
 
 def price_kernel(chip: Chip, spec: KernelSpec) -> KernelCost:
-    """Price one kernel; the derivation of every line is in COST_MODEL.md section 3."""
+    """Price one kernel; COST_MODEL.md section 3 derives every line."""
     cost = KernelCost(spec.name, spec.op_type)
     if spec.no_task:
         return cost
@@ -271,7 +271,7 @@ def price_kernel(chip: Chip, spec: KernelSpec) -> KernelCost:
     # Parallel split: whole blocks per core; the busiest core does `share` of the kernel.
     blocks = _blocks(chip, spec, cube)
     whole_blocks = math.ceil(blocks - 1e-9)
-    cores = int(min(cores_avail, whole_blocks))
+    cores = max(1, int(min(cores_avail, whole_blocks)))
     blocks_per_core = math.ceil(whole_blocks / cores)
     share = min(1.0, blocks_per_core / blocks)
 
