@@ -37,7 +37,7 @@ def generate_om(options: AtcOptions) -> None:
     from atc_py.compiler import compile_model
     from om_format.container import write_om
 
-    _ensure_parent(options.om_path, "--output")
+    os.makedirs(os.path.dirname(os.path.abspath(options.om_path)), exist_ok=True)
     log = atc_log.Logger.from_options(options)
     result = compile_model(options)
     for warning in result.switches.warnings:
