@@ -89,3 +89,27 @@ def assert_matches_ort(model: onnx.ModelProto, graph, feeds: Optional[dict] = No
         scale = max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0
         np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
                                    rtol=tol["rtol"], atol=tol["atol"] * scale, err_msg=name)
+
+
+def netron_dir() -> str:
+    """Folder of the installed Netron package (its om.js); skips the test without it."""
+    import os
+    import pytest
+    netron = pytest.importorskip("netron")
+    return os.path.dirname(netron.__file__)
+
+
+def netron_open(path) -> dict:
+    """What Netron's own om.js sees in an .om file (tests/netron/harness.mjs), as a dict."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import pytest
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    harness = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netron", "harness.mjs")
+    proc = subprocess.run([node, harness, netron_dir(), str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)

@@ -3,9 +3,7 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import struct
-import subprocess
 
 import numpy as np
 import pytest
@@ -19,6 +17,8 @@ from om_format.container import (HEADER_SIZE, OmHeader, PartitionType, build_om,
 from om_format.schema import (AttrDef, DataType, ModelDef, ModelTaskDef, TaskDef,
                               TensorDescriptor, serialize)
 from om_format.weights import WeightsBuilder
+
+from helpers import netron_dir, netron_open
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OM_DIR = os.path.join(os.path.dirname(HERE), "om_format")
@@ -42,14 +42,11 @@ def _field_numbers(descriptor, prefix=""):
     return out
 
 
-def _netron_dir():
-    netron = pytest.importorskip("netron")
-    return os.path.dirname(netron.__file__)
 
 
 def test_field_numbers_match_netron_om_proto():
     """Independent check: Netron's om-proto.js decodes every ge.proto field the same way."""
-    with open(os.path.join(_netron_dir(), "om-proto.js"), encoding="utf-8") as f:
+    with open(os.path.join(netron_dir(), "om-proto.js"), encoding="utf-8") as f:
         text = f.read()
     theirs = {}
     for block in re.split(r"\n(?=ge\.proto\.[\w.]+ = class)", text):
@@ -383,17 +380,6 @@ def test_reader_missing_file(tmp_path):
 
 # ---------------------------------------------------------------- Netron
 
-def _run_netron(path):
-    netron_dir = _netron_dir()
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed")
-    proc = subprocess.run([node, os.path.join(HERE, "netron", "harness.mjs"), netron_dir, str(path)],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
 def _const(graph, name, array, weights=None):
     op = graph.op.add(name=name, type="Const")
     desc = tensor_desc(name, array.dtype, array.shape)
@@ -446,7 +432,7 @@ def test_netron_opens_our_om(tmp_path):
     write_om(path, {PartitionType.MODEL_DEF: serialize(model), PartitionType.WEIGHTS_DATA: wb.bytes(),
                     PartitionType.TASK_INFO: serialize(ModelTaskDef(version="1"))},
              name="small", ops=len(model.graph[0].op), platform_version=PLATFORM)
-    seen = _run_netron(path)
+    seen = netron_open(path)
     assert seen["format"] == "DaVinci OM"
     (graph,) = seen["graphs"]
     assert graph["name"] == "small_graph"
@@ -492,7 +478,7 @@ def test_netron_single_partition_and_relu_flag(tmp_path):
     set_attrs(b.attr, {"relu_flag": True})
     path = tmp_path / "m.om"
     write_om(path, {0: serialize(model)}, name="m", ops=2, platform_version=PLATFORM)
-    (graph,) = _run_netron(path)["graphs"]
+    (graph,) = netron_open(path)["graphs"]
     assert [n["name"] for n in graph["nodes"]] == ["a", "b"]
     assert graph["nodes"][1]["chain"] == ["ReLU"]
     assert graph["nodes"][1]["outputs"][0]["values"][0]["type"]["dataType"] == "float16"
