@@ -72,6 +72,9 @@ CONV_CASES = [
     ((2, 4, 7, 7), (4, 1, 3, 3), True, {"group": 4, "pads": [1, 1, 1, 1]}),        # depthwise
     ((1, 4, 8, 8), (8, 1, 5, 5), False, {"group": 4, "strides": [2, 2],           # multiplier 2
                                          "auto_pad": "SAME_UPPER"}),
+    ((1, 3, 9, 8), (3, 1, 3, 3), True, {"group": 3, "strides": [2, 3], "dilations": [2, 1],
+                                        "pads": [1, 2, 0, 1]}),                    # dw strided
+    ((1, 4, 5, 6, 7), (4, 1, 3, 2, 3), True, {"group": 4, "strides": [1, 2, 2]}),  # 3-D dw
     ((1, 3, 8, 7), (4, 3, 3, 3), True, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     ((1, 3, 8, 7), (4, 3, 4, 4), True, {"auto_pad": "SAME_LOWER", "strides": [2, 3]}),
     ((1, 3, 8, 7), (4, 3, 3, 3), True, {"auto_pad": "VALID"}),
@@ -87,6 +90,15 @@ CONV_CASES = [
 def test_conv(xs, ws, bias, attrs):
     inputs = [rand(*xs), rand(*ws)] + ([rand(ws[0])] if bias else [])
     check("Conv", inputs, attrs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("strides", [[1, 1], [2, 2]])
+def test_depthwise_channel_blocks(monkeypatch, strides):
+    """The depthwise path processes channels in cache-sized blocks: force many small blocks."""
+    from codegen.ops import nn
+    monkeypatch.setattr(nn, "_DEPTHWISE_BLOCK", 40)
+    check("Conv", [rand(2, 6, 7, 7), rand(12, 1, 3, 3), rand(12)],
+          {"group": 6, "pads": [1, 1, 1, 1], "strides": strides}, rtol=1e-4, atol=1e-5)
 
 
 def test_conv_work_counts_macs():

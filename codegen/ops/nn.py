@@ -124,6 +124,62 @@ def _conv_check(x_shape, w_shape, group):
                        "Weight must be [C_out, C_in/group, k...] with C_out divisible by group.")
 
 
+_DEPTHWISE_BLOCK = 1 << 16   # output elements per channel block: keeps the tap loop in cache
+
+
+def _phases(xp, strides):
+    """Split padded input (N, C, *spatial) into its prod(strides) decimated phases, so that a
+    strided window op becomes a unit-stride one: returns (N, C, n_phases, *phase_shape)."""
+    n, c = xp.shape[:2]
+    nd = len(strides)
+    if all(s == 1 for s in strides):
+        return xp.reshape((n, c, 1) + xp.shape[2:])
+    extra = [(-d) % s for d, s in zip(xp.shape[2:], strides)]
+    if any(extra):
+        xp = np.pad(xp, [(0, 0), (0, 0)] + [(0, e) for e in extra])
+    q = [d // s for d, s in zip(xp.shape[2:], strides)]
+    split = xp.reshape((n, c) + sum(((qi, s) for qi, s in zip(q, strides)), ()))
+    order = (0, 1) + tuple(3 + 2 * i for i in range(nd)) + tuple(2 + 2 * i for i in range(nd))
+    return np.ascontiguousarray(split.transpose(order)).reshape((n, c, -1) + tuple(q))
+
+
+def _depthwise(xp, wt, out, kernel, strides, dilations):
+    """Depthwise conv (group == C, multiplier m = wt.shape[1]): for each block of channels,
+    one vectorised multiply-add per kernel tap over the whole block.  Strides are removed by
+    a phase split; then every tap reads one contiguous run of the flattened phase ("wide
+    rows": each output row spans the full phase width and is cropped at the end), so numpy's
+    inner loops stay long."""
+    n, channels, m = xp.shape[0], wt.shape[0], wt.shape[1]
+    phases = _phases(xp, strides)
+    q = phases.shape[3:]
+    nd = len(out)
+    flat = [math.prod(q[i + 1:]) for i in range(nd)]
+    plane, length = math.prod(q), out[0] * flat[0]
+    src = [int(np.ravel_multi_index(tuple(o % s for o, s in zip(off, strides)), strides)) * plane
+           + sum((o // s) * f for o, s, f in zip(off, strides, flat))
+           for off in _taps(kernel, dilations)]
+    xs = phases.reshape(n, channels, -1)
+    tail = max(src) + length - xs.shape[-1]
+    if tail > 0:
+        xs = np.pad(xs, [(0, 0), (0, 0), (0, tail)])
+    y = np.empty((n, channels, m, length), dtype=wt.dtype)
+    chunk = max(1, _DEPTHWISE_BLOCK // (n * m * length))
+    for c0 in range(0, channels, chunk):
+        c1 = min(channels, c0 + chunk)
+        block = y[:, c0:c1]
+        tmp = np.empty_like(block)
+        for t, start in enumerate(src):
+            view = xs[:, c0:c1, None, start:start + length]
+            wv = wt[c0:c1, :, t].reshape(1, -1, m, 1)
+            if t == 0:
+                np.multiply(view, wv, out=block)
+            else:
+                np.multiply(view, wv, out=tmp)
+                block += tmp
+    y = y.reshape((n, channels, m, out[0]) + tuple(q[1:]))
+    return y[(Ellipsis,) + tuple(slice(0, o) for o in out[1:])]
+
+
 def conv_compute(inputs, attrs):
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
@@ -141,15 +197,7 @@ def conv_compute(inputs, attrs):
     p = math.prod(out)
     xp = _pad_spatial(x, begin, end, 0)
     if group > 1 and cg == 1:
-        # Depthwise: one multiply-add pass per kernel tap over all channels at once.
-        wt = w.reshape(group, mg, -1)                            # (C, m, K)
-        y = np.zeros((n, group, mg) + tuple(out), dtype=ct)
-        tmp = np.empty_like(y)
-        wshape = (1, group, mg) + (1,) * nd
-        for t, offset in enumerate(_taps(kernel, dilations)):
-            view = _tap(xp, offset, out, strides)[:, :, None]
-            np.multiply(view, wt[:, :, t].reshape(wshape), out=tmp)
-            y += tmp
+        y = _depthwise(xp, w.reshape(group, mg, -1), out, kernel, strides, dilations)
         y = y.reshape((n, cout) + tuple(out))
     else:
         if all(k == 1 for k in kernel):
