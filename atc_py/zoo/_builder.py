@@ -66,7 +66,9 @@ class GraphBuilder:
         self.opset = opset
         self.rng = np.random.default_rng(seed)
         self.nodes: list = []
-        self.initializers: list = []
+        # Weights go straight into the final proto: copying ~500 MB of tensors through
+        # make_graph/make_model would double the build time of the big models.
+        self._model = onnx.ModelProto()
         self.inputs: list = []
         self.outputs: list = []
         self._taken: set = set()
@@ -118,7 +120,12 @@ class GraphBuilder:
         if name in self._taken:
             raise ValueError(f"duplicate initializer {name}")
         self._taken.add(name)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        array = np.asarray(array)
+        tensor = self._model.graph.initializer.add()
+        tensor.name = name
+        tensor.data_type = onnx_dtype(array.dtype)
+        tensor.dims.extend(array.shape)
+        tensor.raw_data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
         return name
 
     def anon_param(self, op_type: str, array: np.ndarray) -> str:
@@ -127,10 +134,16 @@ class GraphBuilder:
         return self.param(f"onnx::{op_type}_{self._anon}", array)
 
     def model(self) -> onnx.ModelProto:
-        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.initializers)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
-                                  producer_name="pytorch", producer_version="2.4.0")
+        """The finished model; call once (the builder hands over its proto)."""
+        model = self._model
         model.ir_version = IR_VERSION
+        model.producer_name, model.producer_version = "pytorch", "2.4.0"
+        model.opset_import.add(domain="", version=self.opset)
+        graph = model.graph
+        graph.name = self.name
+        graph.node.extend(self.nodes)
+        graph.input.extend(self.inputs)
+        graph.output.extend(self.outputs)
         return model
 
     def ms(self, value: str) -> float:

@@ -7,9 +7,9 @@ patterns identical across models (the fusion passes match these exact shapes).
 Weight scales keep activations O(1) through any depth: He init for convs, BatchNorm
 running stats matched to the expected statistics of their input (tracked through the
 build as a mean square per value, as calibration on real data would give) with gammas
-near 1, std 0.02 for transformer Linears (as
-HF initialises them), LayerNorm affine near (1, 0).  Parameters are never all-ones or
-all-zeros, so a pass that drops a bias or a gamma changes the numbers.
+near 1, std 1/sqrt(fan-in) for transformer Linears (near PyTorch's default), LayerNorm
+affine near (1, 0).  Parameters are never all-ones or all-zeros, so a pass that drops
+a bias or a gamma changes the numbers.
 """
 from __future__ import annotations
 
@@ -25,13 +25,14 @@ I64 = np.int64
 
 # -- convolutional blocks ------------------------------------------------------------
 def conv(g: GraphBuilder, mod: Mod, x: str, cin: int, cout: int, k: int, stride: int = 1,
-         groups: int = 1, bias: bool = False, gain: float = 2.0) -> str:
-    """nn.Conv2d with padding (k-1)//2, He-initialised (fan-in, `gain` 2 for ReLU-like)."""
+         groups: int = 1, bias: bool = False, gain: float = 2.0, pad: int = -1) -> str:
+    """nn.Conv2d, padding (k-1)//2 unless `pad` >= 0, He-initialised (fan-in; `gain` 2
+    for ReLU-like consumers, 1 for linear ones)."""
     fan_in = cin // groups * k * k
     inputs = [x, g.param(mod.p("weight"), g.normal((cout, cin // groups, k, k), math.sqrt(gain / fan_in)))]
     if bias:
         inputs.append(g.param(mod.p("bias"), g.normal((cout,), 0.05)))
-    p = (k - 1) // 2
+    p = (k - 1) // 2 if pad < 0 else pad
     y = g.op("Conv", inputs, mod, dilations=[1, 1], group=groups, kernel_shape=[k, k],
              pads=[p, p, p, p], strides=[stride, stride])
     return g.set_ms(y, gain * g.ms(x))
@@ -51,7 +52,9 @@ def batchnorm(g: GraphBuilder, mod: Mod, x: str, c: int, eps: float = 1e-5, gamm
 
 
 def relu(g: GraphBuilder, mod: Mod, x: str) -> str:
-    return g.set_ms(g.op("Relu", [x], mod), 0.75 * g.ms(x))
+    """nn.ReLU.  Its mean square is bounded by the input's; using the bound (not the
+    zero-mean 1/2) keeps BN stats from under-estimating on positive residual streams."""
+    return g.set_ms(g.op("Relu", [x], mod), g.ms(x))
 
 
 def add(g: GraphBuilder, mod: Mod, a: str, b: str) -> str:
@@ -81,12 +84,13 @@ def classifier_head(g: GraphBuilder, x: str, pool: Mod, flatten: Mod, fc: Mod,
 
 
 # -- transformer pieces ---------------------------------------------------------------
-def linear(g: GraphBuilder, mod: Mod, x: str, din: int, dout: int, std: float = 0.02,
+def linear(g: GraphBuilder, mod: Mod, x: str, din: int, dout: int, std: float = 0.0,
            transposed_weight: bool = True) -> str:
     """nn.Linear on a 3-D input: MatMul with the exporter's pre-transposed [in, out] copy
     ("onnx::MatMul_<n>"), then Add with the bias first, as traced exports have it.
-    `transposed_weight=False` keeps the state-dict name (GPT-2's Conv1D stores [in, out])."""
-    w = g.normal((din, dout), std)
+    `transposed_weight=False` keeps the state-dict name (GPT-2's Conv1D stores [in, out]).
+    Default std 1/sqrt(in) keeps outputs O(1), so attention scores are not all ~0."""
+    w = g.normal((din, dout), std or 1.0 / math.sqrt(din))
     w_name = g.anon_param("MatMul", w) if transposed_weight else g.param(mod.p("weight"), w)
     b = g.param(mod.p("bias"), g.normal((dout,), 0.02))
     return g.op("Add", [b, g.op("MatMul", [x, w_name], mod)], mod)
