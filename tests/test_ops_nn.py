@@ -123,6 +123,7 @@ CONVT_CASES = [
                                         "output_padding": [1, 0]}),
     ((1, 2, 4, 4), (2, 2, 3, 3), True, {"strides": [2, 2], "dilations": [2, 1]}),
     ((1, 4, 4, 4), (4, 2, 3, 3), True, {"group": 2, "strides": [2, 2]}),
+    ((2, 3, 6), (3, 2, 3), True, {"strides": [3], "pads": [1, 0]}),                 # 1-D
     ((1, 3, 4, 5), (3, 2, 3, 3), True, {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
     ((1, 3, 4, 5), (3, 2, 4, 3), True, {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
     ((1, 3, 4, 5), (3, 2, 3, 3), True, {"strides": [2, 2], "output_shape": [9, 10]}),
@@ -226,3 +227,19 @@ def test_gemm_work():
     assert out[0].shape == (8, 32)
     work = op.work(ts, out, {"transB": 1})
     assert work.cube_macs == 8 * 16 * 32 and work.vector_ops["alu"] == 8 * 32
+
+
+def test_pool_work_and_errors():
+    x = TensorType(np.float32, (1, 2, 8, 8))
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    for op_type, alu in (("MaxPool", 8), ("AveragePool", 9)):
+        op = get_op(op_type)
+        out = op.infer([x], attrs)
+        assert out[0].shape == (1, 2, 4, 4)
+        assert op.work([x], out, attrs).vector_ops["alu"] == 2 * 16 * alu
+    with pytest.raises(AtcError):
+        get_op("MaxPool").infer([x], {"kernel_shape": [3]})
+    with pytest.raises(AtcError):
+        get_op("MaxPool").infer([x], {"kernel_shape": [9, 9]})
+    with pytest.raises(AtcError):
+        get_op("Conv").compute([rand(1, 1, 4, 4), rand(1, 1, 3, 3)], {"auto_pad": "BOGUS"})

@@ -351,3 +351,39 @@ def test_resize_axes_and_unsupported():
           {2: np.array([2.0, 0.5], np.float32)}, opset=19, rtol=1e-5, atol=1e-5)
     with pytest.raises(AtcError):
         get_op("Resize").compute([rand(1, 1, 2, 2)], {"mode": "cubic", "scales": [1, 1, 2, 2]})
+
+
+@pytest.mark.parametrize("op_type,shape,attrs", [
+    ("Split", (6, 2), {"split": [2, 2]}),
+    ("Slice", (4, 4), {"starts": [0], "ends": [2], "steps": [0]}),
+    ("Transpose", (2, 3), {"perm": [0, 0]}),
+    ("Expand", (2, 3), {"shape": [4, 3, 2]}),
+    ("Unsqueeze", (2, 3), {}),
+    ("Squeeze", (2, 3), {"axes": [0]}),
+    ("Gather", (3, 4), {"axis": 2}),
+    ("Resize", (1, 1, 2, 2), {}),
+    ("TopK", (3, 4), {"k": 5}),
+])
+def test_user_mistakes_are_atc_errors(op_type, shape, attrs):
+    op = get_op(op_type)
+    types = [TensorType(np.float32, shape)]
+    if op_type == "Gather":
+        types.append(TensorType(np.int64, (2,)))
+    with pytest.raises(AtcError) as info:
+        op.infer(types, attrs)
+    assert info.value.code.startswith("E")
+
+
+def test_pad_bad_mode_is_atc_error():
+    with pytest.raises(AtcError):
+        get_op("Pad").compute([rand(2, 2)], {"pads": [1, 1, 1, 1], "mode": "mirror"})
+
+
+def test_concat_and_split_work_are_moves():
+    ts = [TensorType(np.float32, (2, 3)), TensorType(np.float32, (2, 5))]
+    op = get_op("Concat")
+    assert op.work(ts, op.infer(ts, {"axis": 1}), {"axis": 1}).vector_ops == {"move": 16}
+    op = get_op("Split")
+    outs = op.infer([TensorType(np.float32, (6, 2))], {"split": [2, 4]})
+    assert [o.shape for o in outs] == [(2, 2), (4, 2)]
+    assert op.work([TensorType(np.float32, (6, 2))], outs, {}).vector_ops == {"move": 12}

@@ -5,7 +5,8 @@ in the same matmul); depthwise convs take a tap loop of vectorised multiply-adds
 because a 1-row GEMM per channel wastes BLAS.  Pooling loops over kernel taps (at most
 prod(kernel_shape) vectorised passes), never over pixels.  float16 inputs of matrix ops are
 widened to float32 for the accumulation (as the cube unit's fp32 accumulator) and the result
-is cast back to float16; pooling of float16 is computed in float32 and cast back too.
+is cast back to float16; average pooling of float16 sums in float32 and casts back, max
+pooling stays in the input dtype (exact).
 """
 from __future__ import annotations
 
@@ -340,14 +341,13 @@ def max_pool_compute(inputs, attrs):
     x = inputs[0]
     # Only output 0 (Y) is produced; storage_order only affects the Indices output.
     kernel, begin, end, extra, out, strides, dilations = _pool_geometry(x.shape, attrs)
-    ct = _compute_dtype(x.dtype)
-    xp = _pad_spatial(x.astype(ct, copy=False), begin, [e + a for e, a in zip(end, extra)],
-                      _lowest(ct))
+    # max is exact in any dtype: no widening.
+    xp = _pad_spatial(x, begin, [e + a for e, a in zip(end, extra)], _lowest(x.dtype))
     y = None
     for offset in _taps(kernel, dilations):
         view = _tap(xp, offset, out, strides)
         y = view.copy() if y is None else np.maximum(y, view, out=y)
-    return [y.astype(x.dtype, copy=False)]
+    return [y]
 
 
 def average_pool_compute(inputs, attrs):

@@ -13,14 +13,32 @@ import string
 
 import numpy as np
 
-from codegen.ops.common import broadcast_shape, no_work, normalize_axes, normalize_axis, \
-    per_output_element
+from codegen.ops import common
+from codegen.ops.common import broadcast_shape, no_work, per_output_element
 from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
 from ge.errors import AtcError
 
 
+def normalize_axis(axis: int, rank: int) -> int:
+    """common.normalize_axis, with an out-of-range axis reported as the user's mistake."""
+    try:
+        return common.normalize_axis(axis, rank)
+    except ValueError as exc:
+        raise AtcError("E16005", str(exc), "Check the node's axis attributes.") from None
+
+
+def normalize_axes(axes, rank: int) -> list:
+    return sorted(normalize_axis(int(a), rank) for a in (axes or []))
+
+
 def _err(op: str, message: str, solution: str = "Check the node's inputs and attributes.") -> AtcError:
     return AtcError("E16005", f"{op}: {message}", solution)
+
+
+def _required(attrs: dict, name: str, op: str):
+    if attrs.get(name) is None:
+        raise _err(op, f"required attribute [{name}] is missing", f"Set {name} on the {op} node.")
+    return attrs[name]
 
 
 def _int_list(value) -> list:
@@ -139,12 +157,12 @@ _reg("Transpose", OpKind.INJECTIVE,
 
 def concat_compute(inputs, attrs):
     xs = [x for x in inputs if x is not None]
-    return [np.concatenate(xs, axis=normalize_axis(int(attrs["axis"]), xs[0].ndim))]
+    return [np.concatenate(xs, axis=normalize_axis(int(_required(attrs, "axis", "Concat")), xs[0].ndim))]
 
 
 def concat_infer(inputs, attrs):
     ts = [t for t in inputs if t is not None]
-    axis = normalize_axis(int(attrs["axis"]), len(ts[0].shape))
+    axis = normalize_axis(int(_required(attrs, "axis", "Concat")), len(ts[0].shape))
     for t in ts:
         if len(t.shape) != len(ts[0].shape) or any(
                 a != b for i, (a, b) in enumerate(zip(t.shape, ts[0].shape)) if i != axis):
@@ -406,7 +424,7 @@ _reg("NonZero", OpKind.OPAQUE, nonzero_compute, _value_dependent("NonZero"),
 
 def depth_to_space_compute(inputs, attrs):
     x = inputs[0]
-    b = int(attrs["blocksize"])
+    b = int(_required(attrs, "blocksize", "DepthToSpace/SpaceToDepth"))
     n, c, h, w = x.shape
     mode = attrs.get("mode", "DCR")
     mode = mode.decode() if isinstance(mode, bytes) else mode
@@ -418,7 +436,7 @@ def depth_to_space_compute(inputs, attrs):
 
 
 def _d2s_shape(s, a):
-    b = int(a["blocksize"])
+    b = int(_required(a, "blocksize", "DepthToSpace/SpaceToDepth"))
     if len(s) != 4 or s[1] % (b * b):
         raise _err("DepthToSpace", f"input {s} is not NCHW with C divisible by {b * b}")
     return (s[0], s[1] // (b * b), s[2] * b, s[3] * b)
@@ -426,14 +444,14 @@ def _d2s_shape(s, a):
 
 def space_to_depth_compute(inputs, attrs):
     x = inputs[0]
-    b = int(attrs["blocksize"])
+    b = int(_required(attrs, "blocksize", "DepthToSpace/SpaceToDepth"))
     n, c, h, w = x.shape
     y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
     return [y.reshape(n, c * b * b, h // b, w // b)]
 
 
 def _s2d_shape(s, a):
-    b = int(a["blocksize"])
+    b = int(_required(a, "blocksize", "DepthToSpace/SpaceToDepth"))
     if len(s) != 4 or s[2] % b or s[3] % b:
         raise _err("SpaceToDepth", f"input {s} is not NCHW with H, W divisible by {b}")
     return (s[0], s[1] * b * b, s[2] // b, s[3] // b)
@@ -571,18 +589,18 @@ def _einsum_parse(equation: str, shapes):
 def einsum_compute(inputs, attrs):
     xs = [x for x in inputs if x is not None]
     ct = np.float32 if xs[0].dtype == np.float16 else xs[0].dtype
-    y = np.einsum(attrs["equation"], *[x.astype(ct, copy=False) for x in xs], optimize=True)
+    y = np.einsum(_required(attrs, "equation", "Einsum"), *[x.astype(ct, copy=False) for x in xs], optimize=True)
     return [np.asarray(y).astype(xs[0].dtype, copy=False)]
 
 
 def einsum_infer(inputs, attrs):
     ts = [t for t in inputs if t is not None]
-    return _tt(ts[0].dtype, _einsum_parse(attrs["equation"], [t.shape for t in ts])[2])
+    return _tt(ts[0].dtype, _einsum_parse(_required(attrs, "equation", "Einsum"), [t.shape for t in ts])[2])
 
 
 def einsum_work(inputs, outputs, attrs):
     ts = [t for t in inputs if t is not None]
-    sizes, ell_shape, _ = _einsum_parse(attrs["equation"], [t.shape for t in ts])
+    sizes, ell_shape, _ = _einsum_parse(_required(attrs, "equation", "Einsum"), [t.shape for t in ts])
     products = math.prod(sizes.values()) * math.prod(ell_shape)
     if len(ts) >= 2:     # a contraction: the cube does every product of the index space
         return Work(cube_macs=products * (len(ts) - 1))
