@@ -295,3 +295,15 @@ def test_decomposed_layernorm_matches_layernormalization(opset):
     want = _one_node("LayerNormalization", {"x": x, "w": params["LayerNorm.weight"], "b": params["LayerNorm.bias"]},
                      {"axis": -1, "epsilon": 1e-5}, 17, x.shape)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_save_switches_to_external_data_above_the_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(zoo, "_EXTERNAL_DATA_BYTES", 0)
+    path = zoo.save("seed_testmodel", str(tmp_path), small=True)
+    assert (tmp_path / "seed_testmodel.onnx.data").is_file()
+    loaded = onnx.load(path)      # loads the external weights back
+    built = zoo.build("seed_testmodel", small=True)
+    assert loaded.graph.node == built.graph.node
+    for a, b in zip(loaded.graph.initializer, built.graph.initializer):
+        assert a.name == b.name
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b))
