@@ -5,7 +5,6 @@ the report prices against, the fusion statistics); `atc_py.driver` writes the fi
 """
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass, field
 from typing import Optional
@@ -29,12 +28,6 @@ class CompileResult:
     partitions: Optional[OmPartitions] = None
     generic_changes: dict = field(default_factory=dict)
     onnx_node_count: int = 0
-
-
-def clone_graph(graph: Graph) -> Graph:
-    """A deep copy that shares the (read-only) constant arrays instead of copying weights."""
-    memo = {id(v.const): v.const for v in graph.values() if v.const is not None}
-    return copy.deepcopy(graph, memo)
 
 
 def apply_out_nodes(graph: Graph, spec: str) -> None:
@@ -78,7 +71,7 @@ def prepare_graph(options: AtcOptions):
 def compile_model(options: AtcOptions, build: bool = True) -> CompileResult:
     switches = switches_from_env(options)
     graph, changes, onnx_nodes = prepare_graph(options)
-    unfused = clone_graph(graph)
+    unfused = graph.clone()
     stats = pipeline.run_fusion(graph, switches)
     result = CompileResult(graph, unfused, stats, switches, generic_changes=changes, onnx_node_count=onnx_nodes)
     if build:

@@ -218,6 +218,34 @@ class Graph:
             node.set_input(i, new)
         self.outputs = [new if v is old else v for v in self.outputs]
 
+    def clone(self) -> "Graph":
+        """An independent copy of the structure; constant arrays are shared (read-only)."""
+        copy_of: dict = {}
+
+        def twin(value: Optional[Value]) -> Optional[Value]:
+            if value is None:
+                return None
+            if id(value) not in copy_of:
+                new = Value(value.name, TensorDesc(value.desc.dtype, value.desc.shape, value.desc.format))
+                new.const = value.const
+                copy_of[id(value)] = new
+            return copy_of[id(value)]
+
+        other = Graph(self.name)
+        other.opset = self.opset
+        other._names = set(self._names)
+        other.inputs = [twin(v) for v in self.inputs]
+        for node in self.nodes:
+            attrs = {k: (list(v) if isinstance(v, list) else v) for k, v in node.attrs.items()}
+            prov = {k: (list(v) if isinstance(v, list) else v) for k, v in node.provenance.items()}
+            new = Node(node.op_type, [twin(v) for v in node.inputs], [twin(v) for v in node.outputs],
+                       attrs, name=node.name, provenance=prov)
+            other.add_node(new)
+        other.outputs = [twin(v) for v in self.outputs]
+        for value in copy_of.values():
+            value.graph = other
+        return other
+
     # -- queries --------------------------------------------------------------------
     def values(self) -> Iterator[Value]:
         """Every value reachable from the graph: inputs, constants, node outputs."""

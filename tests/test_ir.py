@@ -1,0 +1,72 @@
+"""IR invariants: use-lists, replace_all_uses_with, removal, topological order, clone."""
+import numpy as np
+import pytest
+
+from ge.errors import AtcError
+from ge.ir import Graph, TensorDesc
+
+
+def _chain():
+    g = Graph("g")
+    x = g.new_value("x", TensorDesc(np.dtype(np.float32), (2, 3)))
+    g.inputs.append(x)
+    a = g.make_node("Relu", [x], descs=[TensorDesc(np.dtype(np.float32), (2, 3))])
+    b = g.make_node("Neg", [a.outputs[0]], descs=[TensorDesc(np.dtype(np.float32), (2, 3))])
+    g.outputs.append(b.outputs[0])
+    return g, x, a, b
+
+
+def test_uses_follow_set_input_and_replace():
+    g, x, a, b = _chain()
+    assert x.uses == [(a, 0)] and a.outputs[0].uses == [(b, 0)]
+    g.replace_all_uses_with(a.outputs[0], x)
+    assert x.uses == [(a, 0), (b, 0)] and a.outputs[0].uses == []
+    g.remove_node(a)
+    assert x.uses == [(b, 0)]
+    g.verify()
+
+
+def test_remove_used_node_refused():
+    g, x, a, b = _chain()
+    with pytest.raises(ValueError):
+        g.remove_node(a)
+
+
+def test_topological_sort_and_cycle():
+    g, x, a, b = _chain()
+    g.nodes.reverse()
+    g.topological_sort()
+    assert g.nodes == [a, b]
+    a.set_input(0, b.outputs[0])
+    with pytest.raises(AtcError) as err:
+        g.topological_sort()
+    assert err.value.code == "E16005"
+
+
+def test_verify_catches_stale_use():
+    g, x, a, b = _chain()
+    b.inputs[0] = x   # edited by hand: the use-list no longer agrees
+    with pytest.raises(AssertionError):
+        g.verify()
+
+
+def test_clone_is_independent_and_shares_constants():
+    g, x, a, b = _chain()
+    w = g.constant("w", np.ones((2, 3), np.float32))
+    b.append_input(w)
+    c = g.clone()
+    c.verify()
+    assert [n.op_type for n in c.nodes] == ["Relu", "Neg"]
+    assert c.nodes[1].inputs[1].const is w.const
+    c.nodes[1].set_input(1, None)
+    assert b.inputs[1] is w and w.uses == [(b, 1)]
+
+
+def test_clone_of_a_long_chain_does_not_recurse():
+    g = Graph("g")
+    v = g.new_value("x", TensorDesc(np.dtype(np.float32), (1,)))
+    g.inputs.append(v)
+    for _ in range(5000):
+        v = g.make_node("Relu", [v], descs=[TensorDesc(np.dtype(np.float32), (1,))]).outputs[0]
+    g.outputs.append(v)
+    assert len(g.clone().nodes) == 5000
