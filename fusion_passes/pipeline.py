@@ -21,6 +21,7 @@ def _load_passes() -> list:
 
     modules = [
         # (module, class) in the order they run
+        ("conv_bn_relu", "ConvBNReluFusionPass"),
     ]
     return [getattr(importlib.import_module(f"fusion_passes.{m}"), c)() for m, c in modules]
 
