@@ -22,6 +22,7 @@ def _load_passes() -> list:
     modules = [
         # (module, class) in the order they run
         ("conv_bn_relu", "ConvBNReluFusionPass"),
+        ("conv_pool_fc", "ConvPoolFCFusionPass"),
     ]
     return [getattr(importlib.import_module(f"fusion_passes.{m}"), c)() for m, c in modules]
 
