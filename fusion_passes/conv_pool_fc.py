@@ -1,0 +1,142 @@
+"""ConvPoolFC: the classification head -> one ConvPoolFCFusionOp kernel.
+
+Why: the last conv block's output, the pooled vector and the logits are small, but as
+separate kernels each is written to and re-read from global memory, and each launch costs
+time; in one kernel the conv tile is pooled on chip and fed straight to the FC.
+
+Pattern (anchor: the pooling op):
+  Conv | ConvBNReluFusionOp   (a conv block the ConvBNReLU pass already fused, or a plain Conv)
+  -> GlobalAveragePool | ReduceMean(axes = all spatial axes, keepdims 0 or 1)
+  -> [Flatten | Reshape to (N, C)]   (may be absent when ReduceMean has keepdims=0)
+  -> Gemm(transA=0) | MatMul [+ Add(constant bias)]
+A pooling op not fed by a conv block or not followed by an FC is not this pattern (None):
+e.g. EfficientNet's squeeze-excite pools.  Misses: pooling not over all spatial axes,
+group/dilation != 1, an intermediate used elsewhere (NF2001), non-constant FC or conv
+weights (NF2002), the flattened shape not (N, C) or a bias that does not broadcast (NF2004).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from fusion_passes import reasons
+from fusion_passes.base import FusionPass, Match, creates_cycle, escaping_values, fuse, operands, single_consumer
+from fusion_passes.conv_bn_relu import conv_attrs
+from ge.ir import Graph, Node, Value
+
+FUSED_OP = "ConvPoolFCFusionOp"
+_CONV_TYPES = ("Conv", "ConvBNReluFusionOp")
+_BLOCK_ATTRS = ("kernel_shape", "pads", "strides", "dilations", "group", "auto_pad", "activation",
+                "clip_min", "clip_max", "act_alpha", "has_bn", "has_residual")
+
+
+def _fc_at(value: Value) -> Optional[tuple]:
+    """(fc nodes, weight, bias, fc attrs, output) of a Gemm or MatMul[+Add] reading `value`
+    as its A operand, else None."""
+    node = single_consumer(value)
+    if node is None:
+        return None
+    if node.op_type == "Gemm" and node.inputs[0] is value:
+        bias = node.inputs[2] if len(node.inputs) > 2 else None
+        attrs = {"fc_transB": int(node.attrs.get("transB", 0)), "fc_alpha": float(node.attrs.get("alpha", 1.0)),
+                 "fc_beta": float(node.attrs.get("beta", 1.0)), "fc_transA": int(node.attrs.get("transA", 0))}
+        return [node], node.inputs[1], bias, attrs, node.outputs[0]
+    if node.op_type == "MatMul" and node.inputs[0] is value:
+        nodes, bias, out = [node], None, node.outputs[0]
+        add = single_consumer(out)
+        pair = operands(add, lambda v: v is out) if add is not None and add.op_type == "Add" else None
+        if pair is not None and pair[1].is_const:
+            nodes, bias, out = [node, add], pair[1], add.outputs[0]
+        return nodes, node.inputs[1], bias, {"fc_transB": 0, "fc_alpha": 1.0, "fc_beta": 1.0}, out
+    return None
+
+
+class ConvPoolFCFusionPass(FusionPass):
+    pattern_name = "ConvPoolFC"
+    pass_name = "ConvPoolFCFusionPass"
+    fused_ops = (FUSED_OP,)
+    anchor_types = ("GlobalAveragePool", "ReduceMean")
+
+    def match(self, graph: Graph, pool: Node):
+        x = pool.inputs[0]
+        conv = x.producer if x is not None and x.producer is not None and x.producer.op_type in _CONV_TYPES else None
+        if conv is None:
+            return None
+        pooled = pool.outputs[0]
+        flatten = single_consumer(pooled)
+        if flatten is not None and flatten.op_type in ("Flatten", "Reshape") and flatten.inputs[0] is pooled:
+            flat = flatten.outputs[0]
+        else:
+            flatten, flat = None, pooled
+        fc = _fc_at(flat)
+        if fc is None:
+            return None                                  # not a classification head
+        fc_nodes, weight, bias, fc_attrs, out = fc
+        nodes = [conv, pool] + ([flatten] if flatten else []) + fc_nodes
+        block = conv.outputs[0]
+        rank = len(block.desc.shape)
+        n, c = int(block.desc.shape[0]), int(block.desc.shape[1])
+        # -- constraints ---------------------------------------------------------------------
+        if pool.op_type == "ReduceMean":
+            axes = sorted(int(a) % rank for a in (pool.attrs.get("axes") or []))
+            spatial = list(range(2, rank))
+            if axes != spatial:
+                return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, pool, nodes,
+                                 f"pooling is not global: ReduceMean over axes {axes}, the head needs "
+                                 f"all spatial axes {spatial}", [block, pooled])
+        if tuple(flat.desc.shape) != (n, c):
+            return self.miss(reasons.SHAPE_MISMATCH, pool, nodes,
+                             f"the pooled tensor reaches the FC as {list(flat.desc.shape)}, not (N, C) = "
+                             f"{[n, c]}", [pooled, flat])
+        group = int(conv.attrs.get("group", 1))
+        dilations = [int(d) for d in (conv.attrs.get("dilations") or [])]
+        if group != 1 or any(d != 1 for d in dilations):
+            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, pool, nodes,
+                             f"a conv with group != 1 or dilation != 1 is not fused (group = {group}, "
+                             f"dilations = {dilations})", [block])
+        if fc_attrs.pop("fc_transA", 0):
+            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, pool, nodes,
+                             "Gemm with transA = 1 does not read the pooled (N, C) tensor as rows", [flat])
+        loose = [v for v in [conv.inputs[1], weight, bias] + conv.inputs[2:3] if v is not None and not v.is_const]
+        if loose:
+            return self.miss(reasons.NON_CONSTANT, pool, nodes,
+                             f"the FC and conv weights and biases must be constants; {[v.name for v in loose]} "
+                             "are not", loose)
+        if len(weight.desc.shape) != 2:
+            return self.miss(reasons.SHAPE_MISMATCH, pool, nodes,
+                             f"the FC weight must be 2-D, it is {list(weight.desc.shape)}", [weight])
+        if bias is not None:
+            k = int(out.desc.shape[-1])
+            try:
+                ok = tuple(np.broadcast_shapes(tuple(bias.desc.shape), (n, k))) == (n, k)
+            except ValueError:
+                ok = False
+            if not ok:
+                return self.miss(reasons.SHAPE_MISMATCH, pool, nodes,
+                                 f"the FC bias {list(bias.desc.shape)} does not broadcast to the output "
+                                 f"{[n, k]}", [bias, out])
+        escaping = escaping_values(nodes, [out])
+        if escaping:
+            return self.miss(reasons.OTHER_CONSUMERS, pool, nodes,
+                             f"intermediate(s) {[v.name for v in escaping]} of the head are used outside it "
+                             "(the conv output must feed only the pooling)", escaping)
+        if creates_cycle(nodes):
+            return self.miss(reasons.WILL_CREATE_CYCLE, pool, nodes, "fusing the head would create a cycle", [])
+        return Match(nodes, FUSED_OP, {"conv": conv, "weight": weight, "bias": bias,
+                                       "fc_attrs": fc_attrs, "output": out})
+
+    def rewrite(self, graph: Graph, match: Match) -> Node:
+        conv = match.data["conv"]
+        if conv.op_type == "Conv":
+            attrs = conv_attrs(conv)
+            attrs.update(has_bn=False, has_residual=False)
+        else:
+            attrs = {k: conv.attrs[k] for k in _BLOCK_ATTRS if k in conv.attrs}
+        attrs.update(match.data["fc_attrs"])
+        attrs["pool"] = match.nodes[1].op_type
+        block_inputs = list(conv.inputs[:4]) + [None] * (4 - len(conv.inputs[:4]))
+        inputs = block_inputs + [match.data["weight"], match.data["bias"]]
+        while inputs[-1] is None:
+            inputs.pop()
+        return fuse(graph, match.nodes, FUSED_OP, inputs, [match.data["output"]], attrs, self.pass_name)
