@@ -23,6 +23,7 @@ def _load_passes() -> list:
         # (module, class) in the order they run
         ("conv_bn_relu", "ConvBNReluFusionPass"),
         ("conv_pool_fc", "ConvPoolFCFusionPass"),
+        ("multi_head_attention", "MultiHeadAttentionFusionPass"),
     ]
     return [getattr(importlib.import_module(f"fusion_passes.{m}"), c)() for m, c in modules]
 
