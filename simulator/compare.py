@@ -1,0 +1,133 @@
+"""`--compare x.onnx`: the simulator's outputs against onnxruntime on the same inputs.
+
+Why: the simulator is how users check that a compiled .om computes what their ONNX model
+computes.  The reference is onnxruntime with every graph optimization off and one thread,
+so it is the plain ONNX semantics.  Tolerances and their reasoning: simulator/COMPARE.md.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import numpy as np
+
+from ge.errors import AtcError
+from ge.ir import Graph, Value
+
+# Allowed max |sim - ref| / max(1, max |ref|), by the lowest precision a kernel on the
+# output's path computes in (COMPARE.md derives the numbers).
+TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2}
+
+
+def _compare_error(value, reason: str) -> AtcError:
+    return AtcError("E10001", f"Value [{value}] for parameter [--compare] is invalid. Reason: {reason}",
+                    "Pass the .onnx model the .om was compiled from.")
+
+
+def run_onnxruntime(onnx_path: str, feeds: dict) -> dict:
+    """Outputs of `onnx_path` in onnxruntime (ORT_DISABLE_ALL, 1 thread), by output name."""
+    import onnxruntime as ort
+
+    if not os.path.isfile(onnx_path):
+        raise _compare_error(onnx_path, "the file does not exist.")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise _compare_error(onnx_path, f"onnxruntime cannot load it: {exc}")
+    wanted = [i.name for i in session.get_inputs()]
+    missing = [n for n in wanted if n not in feeds]
+    if missing:
+        raise _compare_error(onnx_path, f"it needs inputs {missing} that the .om does not have.")
+    names = [o.name for o in session.get_outputs()]
+    try:
+        results = session.run(names, {n: feeds[n] for n in wanted})
+    except Exception as exc:
+        raise _compare_error(onnx_path, f"onnxruntime failed to run it on the .om's inputs: {exc}")
+    return dict(zip(names, results))
+
+
+def precision_class(graph: Graph, value: Value, compute_dtypes: dict) -> str:
+    """"fp16" if any kernel on the path to `value` computes in float16, else "fp32"."""
+    seen, stack = set(), [value]
+    while stack:
+        v = stack.pop()
+        node = v.producer if v is not None else None
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if np.dtype(compute_dtypes.get(node.name, np.float32)) == np.float16:
+            return "fp16"
+        stack.extend(node.inputs)
+    return "fp32"
+
+
+@dataclass
+class OutputCompare:
+    name: str
+    reference_name: str
+    dtype: str
+    precision: str             # "fp32" | "fp16" | "exact"
+    tolerance: float           # allowed max_abs_error / scale (0 for exact)
+    scale: float               # max(1, max |reference|)
+    max_abs_error: float
+    max_rel_error: float       # max_abs_error / max |reference|
+    passed: bool
+    note: str = ""
+
+    @property
+    def result(self) -> str:
+        return "PASS" if self.passed else "FAIL"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "result": self.result}
+
+
+def compare_one(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, precision: str) -> OutputCompare:
+    """Error of one output; NaN/inf must sit where the reference has them."""
+    exact = ref.dtype == np.bool_ or np.issubdtype(ref.dtype, np.integer)
+    tol = 0.0 if exact else TOLERANCE[precision]
+    base = dict(name=name, reference_name=ref_name, dtype=str(ref.dtype),
+                precision="exact" if exact else precision, tolerance=tol)
+    if tuple(got.shape) != tuple(ref.shape):
+        return OutputCompare(**base, scale=0.0, max_abs_error=float("inf"), max_rel_error=float("inf"),
+                             passed=False, note=f"shape {list(got.shape)} != reference {list(ref.shape)}")
+    g, r = got.astype(np.float64), ref.astype(np.float64)
+    finite = np.isfinite(r)
+    same_special = bool(np.array_equal(np.isnan(g), np.isnan(r)) and
+                        np.array_equal(g[~finite & ~np.isnan(r)], r[~finite & ~np.isnan(r)]))
+    diff = np.abs(g[finite] - r[finite]) if r.size else np.zeros(0)
+    max_abs = float(np.max(diff)) if diff.size else 0.0
+    if np.isnan(max_abs):
+        max_abs = float("inf")
+    peak = float(np.max(np.abs(r[finite]))) if finite.any() else 0.0
+    scale = max(1.0, peak)
+    max_rel = max_abs / peak if peak > 0 else (0.0 if max_abs == 0 else float("inf"))
+    passed = same_special and max_abs <= tol * scale
+    note = "" if same_special else "NaN/inf positions differ from the reference"
+    return OutputCompare(**base, scale=scale, max_abs_error=max_abs, max_rel_error=max_rel,
+                         passed=passed, note=note)
+
+
+def compare_outputs(graph: Graph, outputs: dict, reference: dict, compute_dtypes: dict) -> list:
+    """One `OutputCompare` per .om output, matched to the ONNX outputs by name, else by position."""
+    ref_names = list(reference)
+    results = []
+    for i, value in enumerate(graph.outputs):
+        ref_name = value.name if value.name in reference else (ref_names[i] if i < len(ref_names) else None)
+        if ref_name is None:
+            raise _compare_error("onnx", f"the .om output [{value.name}] has no ONNX output to compare with.")
+        results.append(compare_one(value.name, ref_name, np.asarray(outputs[value.name]),
+                                   np.asarray(reference[ref_name]), precision_class(graph, value, compute_dtypes)))
+    return results
+
+
+def compare_with_onnx(onnx_path: str, graph: Graph, feeds: dict, outputs: dict,
+                      compute_dtypes: dict, reference: Optional[dict] = None) -> list:
+    reference = reference if reference is not None else run_onnxruntime(onnx_path, feeds)
+    return compare_outputs(graph, outputs, reference, compute_dtypes)

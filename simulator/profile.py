@@ -1,0 +1,146 @@
+"""`--profile DIR`: msprof-shaped views of the simulated run.
+
+Why: users read NPU profiles in msprof's op_summary CSV and in Perfetto; giving them the
+same shapes lets them see which kernels dominate and what fusion made, with the tools
+they know.  Every number is the cost model's (simulator/COST_MODEL.md); what we do not
+model is "N/A".  A row / slice is a task of the .om (views without a task are not
+kernels).  Task Duration includes the task's launch cost, so durations tile the stream
+exactly (Task Wait Time 0) and add up to the simulated NPU_compute_time.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import numpy as np
+
+from om_format import attrs as om_attrs
+from simulator.runner import Model
+
+NA = "N/A"
+OP_SUMMARY_COLUMNS = [
+    "Device_id", "Model ID", "Task ID", "Stream ID", "Op Name", "OP Type", "OP State", "Task Type",
+    "Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)", "Block Dim", "Mix Block Dim",
+    "HF32 Eligible", "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes",
+    "Output Data Types", "Output Formats", "Context ID", "aicore_time(us)", "aic_mac_ratio",
+    "aic_mte2_ratio", "aiv_time(us)", "aiv_vec_ratio", "aiv_mte2_time(us)", "aiv_mte3_time(us)",
+    # atc_py extras: what made the kernel and which ONNX nodes it covers
+    "Fusion Pass", "Origin Ops",
+]
+MODEL_ID = 1            # ais_bench / acl number the first loaded model 1
+PIPE_THREADS = (("cube", "cube_us"), ("vector", "vector_us"), ("MTE2", "mte2_us"), ("MTE3", "mte3_us"))
+FLOATS = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
+
+
+def _num(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def _ratio(part: float, whole: float) -> str:
+    return f"{part / whole:.3f}" if whole > 0 else NA
+
+
+def _tensor_cols(values, dtype) -> tuple:
+    """msprof style: shapes '1,3,8,8;64,3,3,3', GE dtype names, formats; floats in compute dtype."""
+    shapes, dtypes, formats = [], [], []
+    for v in values:
+        if v is None:
+            continue
+        own = np.dtype(v.desc.dtype)
+        shown = dtype if own in FLOATS else own
+        shapes.append(",".join(str(d) for d in v.desc.shape))
+        dtypes.append(om_attrs.DataType.Name(om_attrs.to_ge_dtype(shown)))
+        formats.append(v.desc.format or "ND")
+    return ";".join(shapes), ";".join(dtypes), ";".join(formats)
+
+
+def op_summary_rows(model: Model, timings: list) -> list:
+    """One dict per task, keys = OP_SUMMARY_COLUMNS."""
+    nodes = {n.name: n for n in model.graph.nodes}
+    rows = []
+    for t in timings:
+        node = nodes[t.name]
+        cost, dtype = t.cost, model.dtype_of(node)
+        in_s, in_d, in_f = _tensor_cols(node.inputs, dtype)
+        out_s, out_d, out_f = _tensor_cols(node.outputs, dtype)
+        core = t.kernel_type == "AI_CORE"
+        vec = t.kernel_type == "AI_VECTOR"
+        row = {c: NA for c in OP_SUMMARY_COLUMNS}
+        row.update({
+            "Device_id": 0, "Model ID": MODEL_ID, "Task ID": t.task_id, "Stream ID": t.stream_id,
+            "Op Name": t.name, "OP Type": _om_type(node),
+            "Task Type": t.kernel_type, "Task Start Time(us)": _num(t.start_us),
+            "Task Duration(us)": _num(cost.total_us), "Task Wait Time(us)": _num(0.0),
+            "Block Dim": cost.cores_used, "Input Shapes": in_s, "Input Data Types": in_d, "Input Formats": in_f,
+            "Output Shapes": out_s, "Output Data Types": out_d, "Output Formats": out_f,
+            "Fusion Pass": node.provenance.get("pass", "") or NA, "Origin Ops": ";".join(node.origin),
+        })
+        if core:
+            row.update({"aicore_time(us)": _num(cost.total_us), "aic_mac_ratio": _ratio(cost.cube_us, cost.total_us),
+                        "aic_mte2_ratio": _ratio(cost.mte2_us, cost.total_us)})
+        if vec:
+            row.update({"aiv_time(us)": _num(cost.total_us), "aiv_vec_ratio": _ratio(cost.vector_us, cost.total_us),
+                        "aiv_mte2_time(us)": _num(cost.mte2_us), "aiv_mte3_time(us)": _num(cost.mte3_us)})
+        rows.append(row)
+    return rows
+
+
+def _om_type(node) -> str:
+    from codegen.ops.registry import get_op
+
+    op = get_op(node.op_type)
+    return op.om_type if op else node.op_type
+
+
+def write_op_summary(path: str, rows: list) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=OP_SUMMARY_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def trace_events(model: Model, timings: list) -> list:
+    """Chrome trace events (µs): process/thread names ("M"), one "X" slice per task on the
+    stream thread, and sub-slices for the busy time of each pipe, starting after the task's
+    launch and scalar prologue (the pipes overlap: that is the double buffering)."""
+    pid = 0
+    events = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+               "args": {"name": f"NPU 0 ({model.chip.soc_version}, simulated)"}}]
+    streams = sorted({t.stream_id for t in timings}) or [0]
+    for s in streams:
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": s, "args": {"name": f"Stream {s}"}})
+    pipe_tid = {pipe: 1000 + i for i, (pipe, _) in enumerate(PIPE_THREADS)}
+    for i, (pipe, _) in enumerate(PIPE_THREADS):
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": pipe_tid[pipe], "args": {"name": pipe}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": pipe_tid[pipe],
+                       "args": {"sort_index": 1000 + i}})
+    nodes = {n.name: n for n in model.graph.nodes}
+    for t in timings:
+        node = nodes[t.name]
+        cost = t.cost
+        args = {"kernel": t.name, "op_type": _om_type(node), "task_type": t.kernel_type, "task_id": t.task_id,
+                "fusion_pass": node.provenance.get("pass", ""), "origin_ops": node.origin,
+                "compute_dtype": str(model.dtype_of(node)), "bound": cost.bound, "block_dim": cost.cores_used}
+        events.append({"ph": "X", "name": t.name, "cat": t.kernel_type, "pid": pid, "tid": t.stream_id,
+                       "ts": t.start_us, "dur": cost.total_us, "args": args})
+        body = t.start_us + cost.launch_us + cost.scalar_us
+        for pipe, attr in PIPE_THREADS:
+            busy = getattr(cost, attr)
+            if busy > 0:
+                events.append({"ph": "X", "name": f"{t.name} [{pipe}]", "cat": pipe, "pid": pid,
+                               "tid": pipe_tid[pipe], "ts": body, "dur": busy,
+                               "args": {"kernel": t.name, "fusion_pass": args["fusion_pass"],
+                                        "origin_ops": node.origin}})
+    return events
+
+
+def write_profile(model: Model, timings: list, directory: str, suffix: str = "0") -> dict:
+    """Write op_summary_<suffix>.csv and msprof_<suffix>.json; returns their paths."""
+    os.makedirs(directory, exist_ok=True)
+    csv_path = os.path.join(directory, f"op_summary_{suffix}.csv")
+    json_path = os.path.join(directory, f"msprof_{suffix}.json")
+    write_op_summary(csv_path, op_summary_rows(model, timings))
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump(trace_events(model, timings), f)
+    return {"op_summary": csv_path, "timeline": json_path}

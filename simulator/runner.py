@@ -1,0 +1,265 @@
+"""Run an .om on the bundled simulator: inputs in, outputs and timings out.
+
+Why a module apart from the CLI: tests and the benchmark drive the same steps in-process.
+Two clocks are kept strictly apart: the *simulated* chip time comes from the cost model
+(one price per task of the .om's task list, summed in stream order -- deterministic), and
+the *host* wall time is how long numpy took to compute the numbers on this machine.
+Input files are read with ``np.load(allow_pickle=False)``: a pickled .npy is refused,
+never unpickled.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ge.errors import AtcError
+from ge.ir import Graph, Value
+from ge.om_import import LoadedOm, load_om_graph
+from simulator.cost_model import Chip, KernelCost, load_chip
+from simulator.executor import run_graph
+from simulator.pricing import node_costs
+
+OUTFMTS = ("NPY", "BIN", "TXT")
+RANDOM_INT_HIGH = 10   # random int inputs are drawn in [0, min(10, embedding rows)): valid ids
+
+
+def _input_error(value, reason: str, solution: str) -> AtcError:
+    return AtcError("E10001", f"Value [{value}] for parameter [--input] is invalid. Reason: {reason}", solution)
+
+
+def safe_name(name: str) -> str:
+    """A tensor name as a file name: anything but [A-Za-z0-9_.-] becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "tensor"
+
+
+# --------------------------------------------------------------------------- model
+
+@dataclass
+class Model:
+    """A loaded .om plus the chip it is priced on."""
+
+    path: str
+    loaded: LoadedOm
+    chip: Chip
+
+    @property
+    def graph(self) -> Graph:
+        return self.loaded.graph
+
+    def dtype_of(self, node) -> np.dtype:
+        return self.loaded.compute_dtypes[node.name]
+
+
+def load_model(path: str, soc_version: str = "") -> Model:
+    """Load the .om (E10003 if damaged) and the chip data: `soc_version` overrides the one
+    recorded in the .om."""
+    loaded = load_om_graph(path)
+    soc = soc_version or loaded.soc_version
+    if not soc:
+        raise AtcError("E10001", f"The model [{path}] records no soc_version.",
+                       "Pass --soc_version, e.g. --soc_version=Ascend910.")
+    return Model(path, loaded, load_chip(soc))
+
+
+# --------------------------------------------------------------------------- inputs
+
+def _int_high(value: Value) -> int:
+    """Largest safe exclusive bound for random ids: rows of any embedding table they index."""
+    high = RANDOM_INT_HIGH
+    for node, index in value.uses:
+        if node.op_type == "Gather" and index == 1 and node.inputs[0] is not None and node.inputs[0].is_const:
+            table = node.inputs[0].const
+            axis = int(node.attrs.get("axis", 0)) % max(table.ndim, 1)
+            high = min(high, int(table.shape[axis]))
+    return max(high, 1)
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict:
+    """Seeded inputs of the model's shapes and dtypes.  Floats: standard normal.  Inputs whose
+    name contains "mask": ones (a random mask is rarely meaningful, and big negative
+    additive masks overflow fp16).  Other ints: uniform in [0, min(10, rows of the
+    embedding table they index)).  Bools: random."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for value in graph.inputs:
+        dtype, shape = np.dtype(value.desc.dtype), tuple(value.desc.shape)
+        if "mask" in value.name.lower():
+            feeds[value.name] = np.ones(shape, dtype)
+        elif dtype == np.bool_:
+            feeds[value.name] = rng.integers(0, 2, size=shape).astype(bool)
+        elif np.issubdtype(dtype, np.integer):
+            feeds[value.name] = rng.integers(0, _int_high(value), size=shape).astype(dtype)
+        else:
+            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def _read_file(path: str, value: Value) -> np.ndarray:
+    if not os.path.isfile(path):
+        raise _input_error(path, "the file does not exist.", "Give existing .npy files, comma-separated.")
+    if path.lower().endswith(".bin"):
+        # ais_bench's raw format: the model input's dtype and shape, no header.
+        dtype = np.dtype(value.desc.dtype)
+        data = np.fromfile(path, dtype=np.uint8)
+        expected = int(np.prod(value.desc.shape, dtype=np.int64)) * dtype.itemsize
+        if data.size != expected:
+            raise _input_error(path, f"it has {data.size} bytes; input [{value.name}] ({dtype}, "
+                               f"{list(value.desc.shape)}) needs {expected}.", "Write the raw tensor bytes.")
+        return data.view(dtype).reshape(value.desc.shape)
+    try:
+        array = np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        raise _input_error(path, f"it is not a plain numeric .npy ({exc}); pickled object arrays are refused.",
+                           "Save the input with np.save(path, array) from a numeric array.")
+    except Exception as exc:
+        raise _input_error(path, f"it cannot be read as .npy: {exc}", "Save the input with np.save.")
+    if not isinstance(array, np.ndarray):
+        raise _input_error(path, "it is an .npz archive, not one .npy array.", "Give one .npy file per input.")
+    if array.dtype.hasobject or array.dtype.fields is not None:
+        raise _input_error(path, f"dtype {array.dtype} is not a plain numeric type.", "Save a numeric array.")
+    return array
+
+
+def _files_for(spec: str, graph: Graph) -> list:
+    names = [v.name for v in graph.inputs]
+    if os.path.isdir(spec):
+        files = sorted(f for f in os.listdir(spec) if f.lower().endswith((".npy", ".bin")))
+        by_name = {os.path.splitext(f)[0]: f for f in files}
+        if all(safe_name(n) in by_name for n in names):
+            return [os.path.join(spec, by_name[safe_name(n)]) for n in names]
+        if len(files) != len(names):
+            raise _input_error(spec, f"the folder holds {len(files)} .npy/.bin file(s), the model has "
+                               f"{len(names)} input(s) {names}.",
+                               "Name the files <input name>.npy, or give one file per input (taken sorted).")
+        return [os.path.join(spec, f) for f in files]
+    paths = [p.strip() for p in spec.split(",")]
+    if any(not p for p in paths):
+        raise _input_error(spec, "it has an empty entry.", "Separate the .npy files with single commas.")
+    if len(paths) != len(names):
+        raise _input_error(spec, f"{len(paths)} file(s) given, the model has {len(names)} input(s) {names}.",
+                           "Give one file per model input, in the model's input order.")
+    return paths
+
+
+def load_inputs(spec: str, graph: Graph) -> dict:
+    """`--input`: comma-separated .npy (or raw .bin) files in model input order, or a folder
+    of files named after the inputs (else taken in sorted order).  Checks count, shape, dtype."""
+    feeds = {}
+    for value, path in zip(graph.inputs, _files_for(spec, graph)):
+        array = _read_file(path, value)
+        if tuple(array.shape) != tuple(value.desc.shape):
+            raise _input_error(path, f"shape {list(array.shape)}; input [{value.name}] has shape "
+                               f"{list(value.desc.shape)}.", "Give inputs of the compiled shape.")
+        if array.dtype != np.dtype(value.desc.dtype):
+            raise _input_error(path, f"dtype {array.dtype}; input [{value.name}] has dtype "
+                               f"{np.dtype(value.desc.dtype)}.", "Give inputs of the compiled dtype.")
+        feeds[value.name] = array
+    return feeds
+
+
+# --------------------------------------------------------------------------- timing
+
+@dataclass
+class TaskTiming:
+    """One task of the .om's task list, placed on the (single) task stream."""
+
+    task_id: int
+    stream_id: int
+    name: str
+    kernel_type: str
+    start_us: float
+    cost: KernelCost
+
+
+def simulate_tasks(model: Model) -> list:
+    """Price every task of the .om in task order; each starts when the previous ends."""
+    from om_format.container import load_task_def
+
+    costs = node_costs(model.graph, model.chip, model.dtype_of)
+    task_def = load_task_def(model.loaded.om)
+    defs = {t.op_name: t for t in task_def.task} if task_def is not None else {}
+    clock, timings = 0.0, []
+    for i, name in enumerate(model.loaded.tasks):
+        td = defs.get(name)
+        timings.append(TaskTiming(int(td.id) if td else i, int(td.stream_id) if td else 0, name,
+                                  (td.kernel_type if td else "") or "AI_CORE", clock, costs[name]))
+        clock += costs[name].total_us
+    return timings
+
+
+def stats_ms(samples: list) -> dict:
+    """ais_bench's statistics of a list of times in ms."""
+    a = np.asarray(samples, dtype=np.float64)
+    return {"min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()),
+            "median": float(np.median(a)), "percentile(99%)": float(np.percentile(a, 99)), "count": int(a.size)}
+
+
+@dataclass
+class RunResult:
+    outputs: dict                      # output name -> array (last loop)
+    npu_time_ms: dict                  # stats of the simulated time, one sample per loop
+    host_time_ms: dict                 # stats of the numpy wall time, one sample per loop
+    throughput: float                  # 1000 * batchsize / mean simulated ms
+    batchsize: int
+    timings: list = field(default_factory=list)
+
+
+def default_batchsize(graph: Graph) -> int:
+    """As ais_bench: the first dim of the first input (1 for scalars)."""
+    shape = tuple(graph.inputs[0].desc.shape) if graph.inputs else ()
+    return int(shape[0]) if shape and int(shape[0]) > 0 else 1
+
+
+def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
+        batchsize: Optional[int] = None) -> RunResult:
+    """`warmup_count` untimed forwards, then `loop` timed ones."""
+    if loop < 1 or warmup_count < 0:
+        raise AtcError("E10001", f"--loop must be >= 1 and --warmup_count >= 0 (got {loop}, {warmup_count}).",
+                       "Pass --loop=1 or more.")
+    for _ in range(warmup_count):
+        run_graph(model.graph, feeds, model.dtype_of)
+    host, outputs = [], {}
+    for _ in range(loop):
+        t0 = time.perf_counter()
+        outputs = run_graph(model.graph, feeds, model.dtype_of)
+        host.append((time.perf_counter() - t0) * 1e3)
+    timings = simulate_tasks(model)
+    npu_ms = sum(t.cost.total_us for t in timings) / 1e3
+    bs = batchsize if batchsize else default_batchsize(model.graph)
+    npu = stats_ms([npu_ms] * loop)
+    throughput = 1000.0 * bs / npu["mean"] if npu["mean"] > 0 else 0.0
+    return RunResult(outputs, npu, stats_ms(host), throughput, bs, timings)
+
+
+# --------------------------------------------------------------------------- outputs
+
+def write_outputs(outputs: dict, directory: str, outfmt: str = "NPY") -> dict:
+    """Write each output as <name>.npy / .bin (raw) / .txt; returns {name: path}."""
+    os.makedirs(directory, exist_ok=True)
+    paths = {}
+    for name, array in outputs.items():
+        base = os.path.join(directory, safe_name(name))
+        if outfmt == "NPY":
+            path = base + ".npy"
+            np.save(path, array, allow_pickle=False)
+        elif outfmt == "BIN":
+            path = base + ".bin"
+            np.ascontiguousarray(array).tofile(path)
+        else:
+            path = base + ".txt"
+            flat = array.reshape(-1, array.shape[-1]) if array.ndim >= 1 else array.reshape(1, 1)
+            np.savetxt(path, flat, fmt="%d" if array.dtype.kind in "iub" else "%.8g")
+        paths[name] = path
+    return paths
+
+
+def write_json(path: str, content) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(content, f, indent=2)
+        f.write("\n")
