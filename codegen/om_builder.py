@@ -84,7 +84,7 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
 
     def const_ref(value: Value) -> str:
         if id(value) not in refs:
-            array = np.ascontiguousarray(value.const)
+            array = np.ascontiguousarray(value.const).reshape(np.shape(value.const))  # keeps 0-d scalars 0-d
             offset, size = weights.add_bytes(om_attrs.tensor_def(array).data)
             op = g.op.add(name=value.name, type="Const", id=len(g.op))
             tensor = om_attrs.tensor_def(array, value.name)
