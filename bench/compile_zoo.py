@@ -35,7 +35,7 @@ def netron_ops(path: str):
     if node is None:
         return None
     harness = os.path.join(ROOT, "tests", "netron", "harness.mjs")
-    proc = subprocess.run([node, "--max-old-space-size=8192", harness, os.path.dirname(netron.__file__), path],
+    proc = subprocess.run([node, "--max-old-space-size=8192", harness, os.path.dirname(netron.__file__), path, "--sizes"],
                           capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"Netron failed on {path}: {proc.stderr[-2000:]}")

@@ -1,6 +1,6 @@
 // Open an .om file with Netron's own om.js and print what Netron sees, as JSON.
 //
-// usage: node harness.mjs <netron package dir> <file.om>
+// usage: node harness.mjs <netron package dir> <file.om> [--sizes]
 //
 // Only the few host/context methods om.ModelFactory.match/open call are stubbed:
 // context.stream (base.BinaryStream), context.set, context.metadata, context.require.
@@ -10,7 +10,9 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { pathToFileURL } from 'url';
 
-const [netronDir, file] = process.argv.slice(2);
+const [netronDir, file, mode] = process.argv.slice(2);
+// With a third argument `--sizes`, tensor bytes are reported as their length (large models).
+const sizesOnly = mode === '--sizes';
 if (!netronDir || !file) {
     process.stderr.write('usage: node harness.mjs <netron dir> <file.om>\n');
     process.exit(2);
@@ -32,7 +34,8 @@ class Metadata {  // the part of Netron's view.Metadata that om.js uses
     }
 }
 
-const hex = (bytes) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('hex');
+const hex = (bytes) => sizesOnly ? `${bytes.byteLength} bytes` :
+    Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('hex');
 
 const tensorType = (type) => type ? {
     dataType: type.dataType,
