@@ -23,7 +23,10 @@ def _load_passes() -> list:
         # (module, class) in the order they run
         ("conv_bn_relu", "ConvBNReluFusionPass"),
         ("conv_pool_fc", "ConvPoolFCFusionPass"),
+        ("layer_norm", "LayerNormFusionPass"),
         ("multi_head_attention", "MultiHeadAttentionFusionPass"),
+        ("matmul_bias_act", "MatMulBiasActFusionPass"),
+        ("layer_norm_matmul", "LayerNormMatMulFusionPass"),
     ]
     return [getattr(importlib.import_module(f"fusion_passes.{m}"), c)() for m, c in modules]
 
