@@ -1,0 +1,178 @@
+"""LayerNorm recognition: the decomposed form exporters write becomes one LayerNormalization.
+
+Pattern (anchor: the first ReduceMean), at any opset -- after import the ReduceMean axes are
+an attribute whether the model had them as attribute (<= 17) or input (18):
+
+    mean = ReduceMean(x)            d = Sub(x, mean)
+    var  = ReduceMean(Pow(d, 2))    (or Mul(d, d))
+    std  = Sqrt(Add(var, eps))      n = Div(d, std)  (or Mul(d, Reciprocal(std)))
+    y    = Add(Mul(n, gamma), beta) (gamma, beta optional; either operand order)
+
+Constraints, each reported as a Miss: keepdims=1 and the same trailing axes on both
+ReduceMeans (NF2003), the exponent is the constant 2 (NF2006), eps is a scalar constant
+(NF2002), no intermediate is read outside the pattern (NF2001).  gamma/beta are absorbed only
+when constant, of the input dtype, and varying over the normalized axes alone; otherwise the
+Mul/Add stays outside and the core still fuses.  The rewrite uses the registry's ONNX
+LayerNormalization op (om type LayerNorm), stamped with the nodes it replaced.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from codegen.ops.common import normalize_axis
+from fusion_passes import reasons
+from fusion_passes.base import (FusionPass, Match, creates_cycle, escaping_values, fuse, operands,
+                                scalar_const, single_consumer)
+from ge.ir import Graph, Node, Value
+
+FUSED_OP = "LayerNormalization"
+
+
+def _user(value: Value, op_type: str, test=lambda node: True) -> Optional[Node]:
+    """The first consumer of `value` of type `op_type` passing `test`."""
+    return next((u for u in value.consumers if u.op_type == op_type and test(u)), None)
+
+
+def _reduce_axes(node: Node, rank: int) -> Optional[list]:
+    """Normalized, sorted axes of a ReduceMean; None for an empty no-op reduction."""
+    axes = node.attrs.get("axes")
+    if axes is None or len(axes) == 0:
+        return None if int(node.attrs.get("noop_with_empty_axes", 0)) else list(range(rank))
+    return sorted(normalize_axis(int(a), rank) for a in axes)
+
+
+def _affine_param(node: Optional[Node], value: Value, x: Value, k: int):
+    """The constant other operand of `node` (Mul or Add applied to `value`) as (its Value, its
+    array in the normalized shape), or None if it is not a per-normalized-element parameter."""
+    if node is None:
+        return None
+    pair = operands(node, lambda v: v is value)
+    if pair is None or pair[1] is value or not pair[1].is_const:
+        return None
+    param = pair[1].const
+    shape, rank = tuple(x.desc.shape), len(x.desc.shape)
+    if param.dtype != np.dtype(x.desc.dtype) or param.ndim > rank:
+        return None
+    if any(d != 1 for d in param.shape[:max(0, param.ndim - k)]):
+        return None
+    trailing = param.reshape(param.shape[max(0, param.ndim - k):])
+    try:
+        if np.broadcast_shapes(trailing.shape, shape[rank - k:]) != shape[rank - k:]:
+            return None
+    except ValueError:
+        return None
+    return pair[1], np.ascontiguousarray(np.broadcast_to(trailing, shape[rank - k:]))
+
+
+class LayerNormFusionPass(FusionPass):
+    pattern_name = "LayerNorm"
+    pass_name = "LayerNormFusionPass"
+    fused_ops = (FUSED_OP,)
+    anchor_types = ("ReduceMean",)
+
+    def match(self, graph: Graph, rm1: Node):
+        x, mean = rm1.inputs[0], rm1.outputs[0]
+        sub = _user(mean, "Sub", lambda n: n.inputs[0] is x and n.inputs[1] is mean)
+        if sub is None:
+            return None
+        d = sub.outputs[0]
+        sq = _user(d, "Pow", lambda n: n.inputs[0] is d) or \
+            _user(d, "Mul", lambda n: n.inputs[0] is d and n.inputs[1] is d)
+        rm2 = sq and _user(sq.outputs[0], "ReduceMean")
+        add = rm2 and _user(rm2.outputs[0], "Add")
+        sqrt = add and _user(add.outputs[0], "Sqrt")
+        if sqrt is None:
+            return None
+        std = sqrt.outputs[0]
+        div = _user(std, "Div", lambda n: n.inputs[0] is d and n.inputs[1] is std)
+        recip = None
+        if div is None:
+            recip = _user(std, "Reciprocal")
+            r = recip and recip.outputs[0]
+            div = recip and _user(r, "Mul", lambda n: operands(n, lambda v: v is d) is not None
+                                  and operands(n, lambda v: v is d)[1] is r)
+            if div is None:
+                return None
+        core = [rm1, sub, sq, rm2, add, sqrt] + ([recip] if recip else []) + [div]
+        return self._check(rm1, core, x, sq, rm2, add, div)
+
+    def _check(self, rm1, core, x, sq, rm2, add, div):
+        rank = len(x.desc.shape)
+        for rm in (rm1, rm2):
+            if int(rm.attrs.get("keepdims", 1)) != 1:
+                return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, rm1, core,
+                                 f"ReduceMean {rm.name} must keep the reduced axes (keepdims=1), "
+                                 f"it has keepdims={rm.attrs.get('keepdims')}", [x, rm.outputs[0]])
+        axes = _reduce_axes(rm1, rank)
+        if axes is None or axes != list(range(rank - len(axes), rank)):
+            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, rm1, core,
+                             f"ReduceMean axes must be the trailing axes of the input, got "
+                             f"{rm1.attrs.get('axes')} on rank {rank}", [x])
+        if _reduce_axes(rm2, rank) != axes:
+            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, rm1, core,
+                             f"both ReduceMeans must reduce the same axes, got {rm1.attrs.get('axes')} "
+                             f"and {rm2.attrs.get('axes')}", [x])
+        if sq.op_type == "Pow":
+            exponent = scalar_const(sq.inputs[1])
+            if exponent is None:
+                return self.miss(reasons.NON_CONSTANT, rm1, core,
+                                 "the Pow exponent must be a constant", [sq.inputs[1]])
+            if exponent != 2.0:
+                return self.miss(reasons.UNSUPPORTED_VARIANT, rm1, core,
+                                 f"the Pow exponent must be 2 (variance), got {exponent:g}", [sq.inputs[1]])
+        eps_value = operands(add, lambda v: v is rm2.outputs[0])[1]
+        eps = scalar_const(eps_value)
+        if eps is None:
+            return self.miss(reasons.NON_CONSTANT, rm1, core,
+                             "epsilon (the Add before Sqrt) must be a scalar constant", [eps_value])
+        if not np.issubdtype(np.dtype(x.desc.dtype), np.floating):
+            return self.miss(reasons.DTYPE_MISMATCH, rm1, core, "the input must be a float tensor", [x])
+
+        k = len(axes)
+        nodes, out = list(core), div.outputs[0]
+        mul = single_consumer(out)
+        mul = mul if mul is not None and mul.op_type == "Mul" else None
+        gamma = _affine_param(mul, out, x, k)
+        if gamma is not None:
+            nodes.append(mul)
+            out = mul.outputs[0]
+        badd = single_consumer(out)
+        badd = badd if badd is not None and badd.op_type == "Add" else None
+        beta = _affine_param(badd, out, x, k)
+        if beta is not None:
+            nodes.append(badd)
+            out = badd.outputs[0]
+
+        escaping = escaping_values(nodes, [out])
+        if escaping:
+            return self.miss(reasons.OTHER_CONSUMERS, rm1, nodes,
+                             "intermediate(s) " + ", ".join(v.name for v in escaping) +
+                             " are used outside the LayerNorm pattern", escaping)
+        if creates_cycle(nodes):
+            return self.miss(reasons.WILL_CREATE_CYCLE, rm1, nodes,
+                             "fusing would create a cycle through a node outside the pattern", [out])
+        return Match(nodes, FUSED_OP, {"x": x, "out": out, "gamma": gamma, "beta": beta,
+                                       "axis": rank - k, "epsilon": eps})
+
+    def rewrite(self, graph: Graph, match: Match) -> Node:
+        data = match.data
+        x = data["x"]
+        dtype = np.dtype(x.desc.dtype)
+        shape = tuple(x.desc.shape[data["axis"]:])
+        base = match.nodes[0].name.rsplit("/", 1)[0] or match.nodes[0].name
+        inputs = [x, self._param(graph, data["gamma"], f"{base}/LayerNorm.gamma", np.ones(shape, dtype))]
+        if data["beta"] is not None:
+            inputs.append(self._param(graph, data["beta"], f"{base}/LayerNorm.beta", None))
+        return fuse(graph, match.nodes, FUSED_OP, inputs, [data["out"]],
+                    {"axis": data["axis"], "epsilon": data["epsilon"]}, self.pass_name,
+                    name=f"{base}/LayerNormalization")
+
+    @staticmethod
+    def _param(graph: Graph, found, name: str, default) -> Value:
+        """The model's own constant when it already has the normalized shape, else a new one."""
+        if found is None:
+            return graph.constant(name, default)
+        value, array = found
+        return value if tuple(value.const.shape) == array.shape else graph.constant(name, array)

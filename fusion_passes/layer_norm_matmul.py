@@ -1,0 +1,85 @@
+"""LayerNormMatMul: a LayerNormalization whose output feeds a GEMM -> LayerNormMatMulFusionOp.
+
+Anchor: LayerNormalization (the ONNX op, or what LayerNormFusionPass recognised).  The GEMM
+is a MatMul with a constant 2-D weight or a MatMulBias*FusionOp (so bias, activation and
+residual come along), reading the normalized tensor as its input A.
+
+Several consumers (decision, see README_layernorm.md): the fused kernel has two outputs,
+the GEMM result and the normalized tensor, written once for the other readers (post-LN
+BERT: the next residual Add; pre-LN: the sibling Q/K/V GEMMs or the attention kernel).  The
+LayerNorm kernel disappears and the fused GEMM reads the normalized rows from the on-chip
+buffer instead of global memory.  With several GEMM readers the first (in use order) is
+fused; the others read the written normalized output.  Recomputing the normalization in
+each GEMM was rejected: it repeats the LayerNorm's vector work and reads x once per GEMM.
+
+Misses: LayerNorm over more than the last axis (NF2003: a GEMM row tile must hold whole
+normalized rows), Mean/InvStdDev outputs in use (NF2003), the GEMM reading the normalized
+tensor through another input or a path back into the group (NF1002), only MatMul readers
+with a non-constant or non-2-D weight (NF2002).  A LayerNorm left alone stays one kernel.
+"""
+from __future__ import annotations
+
+from codegen.fused.gemm import MATMUL_BIAS_OPS
+from codegen.fused.layer_norm import OP_TYPE
+from codegen.ops.common import normalize_axis
+from fusion_passes import reasons
+from fusion_passes.base import FusionPass, Match, creates_cycle, fuse
+from ge.ir import Graph, Node, Value
+
+
+def _gemm_reader(node: Node, norm: Value) -> bool:
+    if not node.inputs or node.inputs[0] is not norm:
+        return False
+    if node.op_type in MATMUL_BIAS_OPS:
+        return True
+    w = node.inputs[1] if node.op_type == "MatMul" else None
+    return w is not None and w.is_const and w.const.ndim == 2
+
+
+class LayerNormMatMulFusionPass(FusionPass):
+    pattern_name = "LayerNormMatMul"
+    pass_name = "LayerNormMatMulFusionPass"
+    fused_ops = (OP_TYPE,)
+    anchor_types = ("LayerNormalization",)
+
+    def match(self, graph: Graph, ln: Node):
+        norm = ln.outputs[0]
+        readers = [u for u in norm.consumers if _gemm_reader(u, norm)]
+        if not readers:
+            matmuls = [u for u in norm.consumers if u.op_type == "MatMul" and u.inputs[0] is norm]
+            if matmuls:
+                return self.miss(reasons.NON_CONSTANT, ln, [ln, matmuls[0]],
+                                 "the MatMul reading the LayerNorm needs a constant 2-D weight",
+                                 [matmuls[0].inputs[1]])
+            return None
+        gemm = readers[0]
+        nodes = [ln, gemm]
+        rank = len(norm.desc.shape)
+        if normalize_axis(int(ln.attrs.get("axis", -1)), rank) != rank - 1:
+            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, ln, nodes,
+                             f"the LayerNorm must normalize the last axis only (the GEMM's K), "
+                             f"it has axis={ln.attrs.get('axis')} on rank {rank}", [norm])
+        if any(v.uses or v.is_graph_output for v in ln.outputs[1:]):
+            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, ln, nodes,
+                             "the LayerNorm's Mean/InvStdDev outputs are used", ln.outputs[1:])
+        if any(v is norm for v in gemm.inputs[1:]) or creates_cycle(nodes):
+            return self.miss(reasons.WILL_CREATE_CYCLE, ln, nodes,
+                             "the GEMM reads the normalized tensor again (bias/residual input), "
+                             "fusing would create a cycle", [norm])
+        emit = norm.is_graph_output or len(norm.consumers) > 1
+        return Match(nodes, OP_TYPE, {"ln": ln, "gemm": gemm, "norm": norm, "emit": emit})
+
+    def rewrite(self, graph: Graph, match: Match) -> Node:
+        ln, gemm, norm = match.data["ln"], match.data["gemm"], match.data["norm"]
+        ln_in = list(ln.inputs[:3]) + [None] * (3 - len(ln.inputs[:3]))
+        gemm_in = list(gemm.inputs[1:4]) + [None] * (3 - len(gemm.inputs[1:4]))
+        inputs = ln_in + gemm_in
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        activation = gemm.attrs.get("activation", "") if gemm.op_type != "MatMul" else ""
+        attrs = {"axis": -1, "epsilon": float(ln.attrs.get("epsilon", 1e-5)),
+                 "activation": activation, "emit_normalized": int(match.data["emit"])}
+        outputs = [gemm.outputs[0]] + ([norm] if match.data["emit"] else [])
+        base = gemm.name.rsplit("/", 1)[0] or gemm.name
+        return fuse(graph, match.nodes, OP_TYPE, inputs, outputs, attrs, self.pass_name,
+                    name=f"{base}/{OP_TYPE}")
