@@ -1,0 +1,288 @@
+"""MultiHeadAttentionFusionPass and its kernel: exporter variants fused and checked against
+onnxruntime (fp32 and fp16), zoo transformers, every miss with its NF code, the switch."""
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from atc_py import zoo
+from codegen.fused.attention import OP_TYPE
+from codegen.ops.registry import TensorType, get_op
+from fusion_passes import pipeline
+from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
+from ge.errors import AtcError
+from helpers import assert_matches_ort, fuse, lower, op_types, random_feeds
+
+B, S, H, D = 2, 5, 2, 4
+HID = H * D
+PASS = "MultiHeadAttentionFusionPass"
+
+
+def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axis=-1,
+          probs_output=False, weight_input=False, kv_heads=H, cross=False, reshape_zero=False,
+          mask_before_scale=False, seed=0):
+    """One self-attention block as exporters write it; keywords pick the variant."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, HID])]
+
+    def const(array, dtype=np.float32):
+        name = f"c{len(inits)}"
+        inits.append(numpy_helper.from_array(np.asarray(array, dtype=dtype), name))
+        return name
+
+    def node(op, ins, n_out=1, **attrs):
+        name = f"{op}_{len(nodes)}"
+        outs = [f"{name}_out{i}" for i in range(n_out)]
+        nodes.append(helper.make_node(op, ins, outs, name=name, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def proj(src, width, tag):
+        w = (rng.standard_normal((HID, width)) / math.sqrt(HID)).astype(np.float32)
+        if weight_input and tag == "q":
+            inputs.append(helper.make_tensor_value_info("Wq", TensorProto.FLOAT, [HID, width]))
+            w_name = "Wq"
+        else:
+            w_name = const(w)
+        y = node("MatMul", [src, w_name])
+        return node("Add", [const(rng.normal(0, 0.1, width)), y]) if bias else y
+
+    kv_src = "x"
+    if cross:
+        inputs.append(helper.make_tensor_value_info("x_kv", TensorProto.FLOAT, [B, S, HID]))
+        kv_src = "x_kv"
+    if packed:
+        qkv = proj("x", 3 * HID, "qkv")
+        if packed == "split":
+            q, k, v = node("Split", [qkv, const([HID] * 3, np.int64)], n_out=3, axis=2)
+        else:
+            q, k, v = (node("Slice", [qkv, const([i * HID], np.int64), const([(i + 1) * HID], np.int64),
+                                      const([-1], np.int64)]) for i in range(3))
+    else:
+        q, k, v = proj("x", HID, "q"), proj(kv_src, kv_heads * D, "k"), proj(kv_src, kv_heads * D, "v")
+
+    def heads(t, h, perm):
+        shape = [0, 0, h, -1] if reshape_zero else [B, S, h, D]
+        return node("Transpose", [node("Reshape", [t, const(shape, np.int64)])], perm=perm)
+
+    qh = heads(q, H, [0, 2, 1, 3])
+    if k_form == "direct":
+        kt = heads(k, kv_heads, [0, 2, 3, 1])
+    else:   # k.transpose(1, 2) then .transpose(-1, -2)
+        kt = node("Transpose", [heads(k, kv_heads, [0, 2, 1, 3])], perm=[0, 1, 3, 2])
+    vh = heads(v, kv_heads, [0, 2, 1, 3])
+    if scale == "qk":   # SDPA-style: each side by D**-0.25, constant first on K
+        qh = node("Mul", [qh, const(D ** -0.25)])
+        kt = node("Mul", [const(D ** -0.25), kt])
+    s = node("MatMul", [qh, kt])
+
+    def apply_scale(s):
+        if scale == "div":
+            return node("Div", [s, const(math.sqrt(D))])
+        if scale == "mul":
+            return node("Mul", [const(1.0 / math.sqrt(D)), s])
+        return s
+
+    if not mask_before_scale:
+        s = apply_scale(s)
+    tril = np.tril(np.ones((S, S), dtype=bool))[None, None]
+    if mask == "add_input":
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [B, 1, 1, S]))
+        s = node("Add", ["mask", s])
+    elif mask == "add_const":
+        s = node("Add", [s, const(np.where(tril, 0.0, -1e4))])
+    elif mask == "where":
+        s = node("Where", [const(tril, np.bool_), s, const(np.finfo(np.float32).min)])
+    elif mask == "where_inverted":
+        s = node("Where", [const(~tril, np.bool_), const(-1e9), s])
+    elif mask == "where_input":
+        inputs.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, [1, 1, S, S]))
+        s = node("Where", ["cond", s, const(-1e9)])
+    if mask_before_scale:
+        s = apply_scale(s)
+    p = node("Softmax", [s], axis=axis)
+    o = node("MatMul", [p, vh])
+    o = node("Transpose", [o], perm=[0, 2, 1, 3])
+    y = node("Reshape", [o, const([0, 0, -1] if reshape_zero else [B, S, HID], np.int64)])
+    outputs = [helper.make_tensor_value_info(y, TensorProto.FLOAT, [B, S, HID])]
+    if probs_output:
+        outputs.append(helper.make_tensor_value_info(p, TensorProto.FLOAT, [B, H, S, S]))
+    graph = helper.make_graph(nodes, "mha", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def run_pass(model, **kw):
+    graph, stats = fuse(model, passes=[MultiHeadAttentionFusionPass()], **kw)
+    return graph, stats[PASS]
+
+
+def fused_nodes(graph):
+    return [n for n in graph.nodes if n.op_type == OP_TYPE]
+
+
+# -- variants that fuse -------------------------------------------------------------------
+VARIANTS = {
+    "separate_div": dict(),
+    "mul_scale_k_two_transposes": dict(scale="mul", k_form="two"),
+    "scale_on_q_and_k": dict(scale="qk"),
+    "no_scale": dict(scale="none"),
+    "packed_split_where_causal": dict(packed="split", mask="where"),
+    "packed_slice_where_inverted_no_bias": dict(packed="slice", mask="where_inverted", bias=False),
+    "padding_mask_input_reshape_0_-1": dict(mask="add_input", reshape_zero=True),
+    "const_causal_bias": dict(mask="add_const", k_form="two"),
+}
+EXPECTED_MASK = {"where": "where_causal", "where_inverted": "where_causal", "add_input": "add",
+                 "add_const": "add", "none": "none"}
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_variant_fuses_and_matches_ort(name):
+    kw = VARIANTS[name]
+    model = build(**kw)
+    graph, stats = run_pass(model)
+    assert op_types(graph) == [OP_TYPE]
+    assert (stats.match_times, stats.effect_times, stats.misses) == (1, 1, [])
+    node = fused_nodes(graph)[0]
+    assert node.attrs["num_heads"] == H and node.attrs["head_dim"] == D
+    expected_scale = 1.0 if kw.get("scale") == "none" else 1.0 / math.sqrt(D)
+    assert node.attrs["scale"] == pytest.approx(expected_scale, rel=1e-6)
+    assert node.attrs["mask_kind"] == EXPECTED_MASK[kw.get("mask", "none")]
+    assert node.inputs[0].name == "x" and node.inputs[1].desc.shape == (HID, 3 * HID)
+    assert node.provenance["pass"] == PASS and "Softmax_" in " ".join(node.provenance["origin"])
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
+
+
+def test_packed_weights_are_reused_not_copied():
+    model = build(packed="split")
+    graph, _ = run_pass(model)
+    weight = fused_nodes(graph)[0].inputs[1]
+    assert weight.name == model.graph.initializer[0].name   # the c_attn-style packed weight itself
+
+
+def test_fused_kernel_differs_when_a_bias_is_dropped():
+    """The comparison can fail: zeroing the packed bias changes the output."""
+    model = build()
+    graph, _ = run_pass(model)
+    bias = fused_nodes(graph)[0].inputs[2]
+    bias.set_const(np.zeros_like(bias.const))
+    with pytest.raises(AssertionError):
+        assert_matches_ort(model, graph)
+
+
+# -- zoo transformers (small configs) -----------------------------------------------------
+def _bert_feeds(model):
+    feeds = random_feeds(model)
+    feeds["attention_mask"] = np.array([[1, 1, 1, 1, 1, 1, 0, 0]], np.int64)   # a real 0/1 padding mask
+    return feeds
+
+
+ZOO = {
+    "bert_base": ({"Add": 24, "Cast": 1, "Div": 7, "Erf": 2, "Gather": 2, "Gemm": 1, "MatMul": 6, "Mul": 10,
+                   OP_TYPE: 2, "Pow": 5, "ReduceMean": 10, "Sqrt": 5, "Sub": 6, "Tanh": 1, "Unsqueeze": 2},
+                  "add", _bert_feeds),
+    "vit_base": ({"Add": 13, "Concat": 1, "Conv": 1, "Div": 2, "Erf": 2, "Gather": 1, "Gemm": 1,
+                  "LayerNormalization": 5, "MatMul": 6, "Mul": 4, OP_TYPE: 2, "Reshape": 1, "Transpose": 1},
+                 "none", random_feeds),
+    "gpt2": ({"Add": 15, "Gather": 1, "LayerNormalization": 5, "MatMul": 7, "Mul": 8, OP_TYPE: 2,
+              "Pow": 2, "Tanh": 2}, "where_causal", random_feeds),
+}
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_small(name):
+    counts, mask_kind, feeds_of = ZOO[name]
+    model = zoo.build(name, small=True)
+    graph, stats = run_pass(model)
+    assert graph.op_type_counts() == counts
+    assert (stats.match_times, stats.effect_times, stats.misses) == (2, 2, [])
+    assert {n.attrs["mask_kind"] for n in fused_nodes(graph)} == {mask_kind}
+    assert {(n.attrs["num_heads"], n.attrs["head_dim"]) for n in fused_nodes(graph)} == {(2, 16)}
+    feeds = feeds_of(model)
+    assert_matches_ort(model, graph, feeds)
+    assert_matches_ort(model, graph, feeds, precision="fp16")
+
+
+# -- misses ---------------------------------------------------------------------------------
+MISSES = {
+    "probs_used_elsewhere": (dict(probs_output=True), "NF2001", "used outside the attention block"),
+    "weight_not_constant": (dict(weight_input=True), "NF2002", "weight Wq of MatMul"),
+    "head_count_differs": (dict(kv_heads=1), "NF2004", "head count/dim differ"),
+    "softmax_axis_not_last": (dict(axis=2), "NF2003", "axis=2"),
+    "where_condition_not_constant": (dict(mask="where_input"), "NF2006", "condition cond of Where"),
+    "cross_attention": (dict(cross=True), "NF2006", "cross attention"),
+    "mask_before_scale": (dict(mask="add_const", mask_before_scale=True), "NF2006", "before the scale"),
+}
+
+
+@pytest.mark.parametrize("name", MISSES)
+def test_miss_reports_reason_and_leaves_graph(name):
+    kw, code, text = MISSES[name]
+    model = build(**kw)
+    graph, stats = run_pass(model)
+    assert op_types(graph) == op_types(lower(model))
+    assert (stats.match_times, stats.effect_times) == (1, 0)
+    [miss] = stats.misses
+    assert miss.code == code and text in miss.constraint, (miss.code, miss.constraint)
+    assert miss.pass_name == PASS and "Softmax" in [t for _, t in miss.nodes]
+    assert miss.tensors and all("shape" in t and "dtype" in t for t in miss.tensors.values())
+    assert_matches_ort(model, graph)
+
+
+def test_softmax_outside_attention_is_not_a_candidate():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    w = numpy_helper.from_array(np.ones((8, 3), np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["l"]), helper.make_node("Softmax", ["l"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "cls", [x], [y], [w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    graph, stats = run_pass(model)
+    assert op_types(graph) == ["MatMul", "Softmax"] and stats.match_times == 0
+
+
+def test_disable_list_keeps_unfused_ops():
+    model = build(packed="split", mask="where")
+    graph, stats = run_pass(model, disabled_ops=[OP_TYPE])
+    assert op_types(graph) == op_types(lower(model))
+    assert (stats.match_times, stats.effect_times, stats.disabled_by) == (1, 0, "GE_FUSION_DISABLE_LIST")
+
+
+def test_registered_in_pipeline():
+    assert PASS in [p.pass_name for p in pipeline.all_passes()]
+
+
+# -- kernel contract ------------------------------------------------------------------------
+def _types(b=1, s=8, hidden=32, heads=2, dtype=np.float16):
+    d = hidden // heads
+    return [TensorType(np.dtype(dtype), (b, s, hidden)), TensorType(np.dtype(dtype), (hidden, 3 * hidden)),
+            TensorType(np.dtype(dtype), (3 * hidden,)), TensorType(np.dtype(dtype), (b, 1, 1, s))], \
+        {"num_heads": heads, "head_dim": d, "scale": 0.25, "mask_kind": "add"}
+
+
+def test_kernel_infer_and_work():
+    op = get_op(OP_TYPE)
+    inputs, attrs = _types()
+    [out] = op.infer(inputs, attrs)
+    assert out.shape == (1, 8, 32) and out.dtype == np.float16
+    work = op.work(inputs, [out], attrs)
+    scores = 1 * 2 * 8 * 8
+    assert work.cube_macs == 8 * 32 * 96 + 2 * scores * 16
+    assert work.vector_ops == {"alu": 8 * 96 + 5 * scores, "transcendental": scores, "div": scores}
+    assert work.onchip_bytes == 2 * (2 * scores + 8 * 96)
+    no_mask = dict(attrs, mask_kind="none")
+    assert op.work(inputs[:3], [out], no_mask).vector_ops["alu"] == 8 * 96 + 4 * scores
+
+
+def test_kernel_rejects_inconsistent_shapes():
+    op = get_op(OP_TYPE)
+    inputs, attrs = _types()
+    with pytest.raises(AtcError):
+        op.infer(inputs, dict(attrs, num_heads=3))
+    with pytest.raises(AtcError):
+        op.infer(inputs[:3] + [TensorType(np.dtype(np.float16), (1, 1, 3, 3))], attrs)
+    with pytest.raises(AtcError):
+        op.infer(inputs[:3], attrs)   # mask_kind add without a mask
