@@ -1,0 +1,455 @@
+"""ConvBNReLU and ConvPoolFC fusions: exact op lists after the passes, numbers against
+onnxruntime on the unfused model (fp32 and fp16), match/effect counts, every miss with its
+NF code and reason, and the GE_FUSION_DISABLE_LIST switch."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from atc_py import zoo
+from codegen.ops.registry import TensorType, get_op
+from fusion_passes import pipeline
+from tests.helpers import assert_matches_ort, fuse, lower, op_types
+
+RNG = np.random.default_rng(7)
+N, CIN, COUT, H = 2, 4, 8, 6
+CONV_PASS, HEAD_PASS = "ConvBNReluFusionPass", "ConvPoolFCFusionPass"
+CBR, HEAD = "ConvBNReluFusionOp", "ConvPoolFCFusionOp"
+
+
+def _init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def _f32(shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _bn_inits(prefix, c=COUT):
+    return [_init(f"{prefix}_s", RNG.uniform(0.5, 1.5, c).astype(np.float32)),
+            _init(f"{prefix}_b", _f32(c, 0.2)), _init(f"{prefix}_m", _f32(c, 0.3)),
+            _init(f"{prefix}_v", RNG.uniform(0.5, 1.5, c).astype(np.float32))]
+
+
+class Net:
+    """A tiny ONNX graph written node by node; `y` is the running tensor name."""
+
+    def __init__(self, cin=CIN, h=H, n=N):
+        self.nodes, self.inits = [], []
+        self.inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, cin, h, h])]
+        self.outputs: list = []
+        self.y, self.cin, self.count = "x", cin, 0
+
+    def name(self, base):
+        self.count += 1
+        return f"{base}{self.count}"
+
+    def op(self, op_type, inputs, **attrs):
+        out = self.name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
+        self.y = out
+        return out
+
+    def const(self, array, base="c"):
+        name = self.name(base)
+        self.inits.append(_init(name, array))
+        return name
+
+    def graph_input(self, name, shape):
+        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+        return name
+
+    def conv(self, cout=COUT, bias=False, group=1, dilation=1, k=3, weight=None):
+        w = weight or self.const(_f32((cout, self.cin // group, k, k), (self.cin // group * k * k) ** -0.5), "w")
+        ins = [self.y, w] + ([self.const(_f32(cout, 0.1), "b")] if bias else [])
+        self.cin = cout
+        pad = dilation * (k - 1) // 2
+        return self.op("Conv", ins, kernel_shape=[k, k], pads=[pad] * 4, strides=[1, 1],
+                       dilations=[dilation] * 2, group=group)
+
+    def bn(self, params=None):
+        prefix = self.name("bn")
+        if params is None:
+            self.inits.extend(_bn_inits(prefix, self.cin))
+            params = [f"{prefix}_{s}" for s in "sbmv"]
+        return self.op("BatchNormalization", [self.y] + params, epsilon=1e-3)
+
+    def model(self, opset=17, extra_outputs=()):
+        outs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+                for name in [self.y] + list(extra_outputs)]
+        graph = helper.make_graph(self.nodes, "g", self.inputs, outs, self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        return onnx.shape_inference.infer_shapes(model)
+
+
+def _act(net, kind, order=0):
+    y = net.y
+    if kind == "Relu":
+        return net.op("Relu", [y])
+    if kind == "Relu6":
+        return net.op("Clip", [y, net.const(np.float32(0)), net.const(np.float32(6))])
+    if kind == "ClipMin":
+        return net.op("Clip", [y, net.const(np.float32(-0.5))])
+    if kind == "LeakyRelu":
+        return net.op("LeakyRelu", [y], alpha=0.2)
+    if kind in ("Sigmoid", "HardSwish", "Tanh"):
+        return net.op(kind, [y])
+    if kind == "SiLU":
+        sig = net.op("Sigmoid", [y])
+        return net.op("Mul", [y, sig] if order == 0 else [sig, y])
+    raise ValueError(kind)
+
+
+def _residual(net, order=0, shape=(N, COUT, H, H)):
+    r = net.graph_input(net.name("r"), list(shape))
+    return net.op("Add", [net.y, r] if order == 0 else [r, net.y])
+
+
+def _variant(bn, bias, residual, act, order=0, res_shape=(N, COUT, H, H)):
+    net = Net()
+    net.conv(bias=bias)
+    if bn:
+        net.bn()
+    if residual:
+        _residual(net, order, res_shape)
+    if act:
+        _act(net, act, order)
+    return net.model()
+
+
+def _stats_ok(stats, name, matched, effected):
+    assert (stats[name].match_times, stats[name].effect_times) == (matched, effected)
+
+
+def _unfused(model):
+    return op_types(lower(model))
+
+
+# -- ConvBNReLU: every variant fuses to exactly one kernel with onnxruntime's numbers --------
+
+VARIANTS = {
+    "conv_bn": dict(bn=True, bias=False, residual=False, act=None),
+    "conv_bias_bn": dict(bn=True, bias=True, residual=False, act=None),
+    "conv_relu": dict(bn=False, bias=True, residual=False, act="Relu"),
+    "conv_bn_relu": dict(bn=True, bias=False, residual=False, act="Relu"),
+    "conv_bn_add_relu": dict(bn=True, bias=False, residual=True, act="Relu"),
+    "conv_bn_add_relu_swapped": dict(bn=True, bias=False, residual=True, act="Relu", order=1),
+    "conv_add_relu": dict(bn=False, bias=True, residual=True, act="Relu"),
+    "conv_nobias_add": dict(bn=False, bias=False, residual=True, act=None),
+    "conv_bn_add_broadcast": dict(bn=True, bias=False, residual=True, act="Relu", res_shape=(1, COUT, 1, 1)),
+    "conv_bn_relu6": dict(bn=True, bias=False, residual=False, act="Relu6"),
+    "conv_clip_min_only": dict(bn=False, bias=True, residual=False, act="ClipMin"),
+    "conv_leaky": dict(bn=False, bias=False, residual=False, act="LeakyRelu"),
+    "conv_bn_sigmoid": dict(bn=True, bias=False, residual=False, act="Sigmoid"),
+    "conv_bn_hardswish": dict(bn=True, bias=False, residual=False, act="HardSwish"),
+    "conv_bn_silu": dict(bn=True, bias=False, residual=False, act="SiLU"),
+    "conv_bn_silu_swapped": dict(bn=True, bias=False, residual=False, act="SiLU", order=1),
+    "conv_tanh": dict(bn=False, bias=True, residual=False, act="Tanh"),
+}
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_conv_variant_fuses_and_matches_ort(name):
+    model = _variant(**VARIANTS[name])
+    graph, stats = fuse(model)
+    assert op_types(graph) == [CBR]
+    _stats_ok(stats, CONV_PASS, 1, 1)
+    node = graph.nodes[0]
+    assert node.provenance["pass"] == CONV_PASS
+    assert set(node.origin) == {n.name for n in model.graph.node}
+    assert node.attrs["has_residual"] == VARIANTS[name]["residual"]
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
+
+
+def test_activation_attrs_recorded():
+    graph, _ = fuse(_variant(bn=True, bias=False, residual=False, act="Relu6"))
+    assert graph.nodes[0].attrs["activation"] == "Clip"
+    assert (graph.nodes[0].attrs["clip_min"], graph.nodes[0].attrs["clip_max"]) == (0.0, 6.0)
+    graph, _ = fuse(_variant(bn=False, bias=False, residual=False, act="LeakyRelu"))
+    assert graph.nodes[0].attrs["act_alpha"] == pytest.approx(0.2)
+    graph, _ = fuse(_variant(bn=True, bias=False, residual=False, act="SiLU"))
+    assert graph.nodes[0].attrs["activation"] == "SiLU"
+
+
+def test_bn_is_folded_into_new_constants():
+    model = _variant(bn=True, bias=False, residual=False, act="Relu")
+    graph, _ = fuse(model)
+    x, w, b = graph.nodes[0].inputs
+    original = numpy_helper.to_array(model.graph.initializer[0])
+    assert w.is_const and b.is_const and w.const.dtype == np.float32
+    assert w.const.shape == original.shape and not np.allclose(w.const, original)
+
+
+def test_fused_work_keeps_conv_macs_and_epilogue():
+    model = _variant(bn=True, bias=False, residual=True, act="Relu")
+    plain = lower(model)
+    conv = next(n for n in plain.nodes if n.op_type == "Conv")
+    t = lambda v: TensorType(np.dtype(np.float16), tuple(v.desc.shape))  # noqa: E731
+    conv_work = get_op("Conv").work([t(v) for v in conv.inputs], [t(conv.outputs[0])], conv.attrs)
+    graph, _ = fuse(model)
+    node = graph.nodes[0]
+    out = t(node.outputs[0])
+    work = get_op(CBR).work([t(v) for v in node.inputs], [out], node.attrs)
+    assert work.cube_macs == conv_work.cube_macs > 0
+    assert work.vector_ops["alu"] == 3 * out.size          # bias, residual add, relu
+    assert work.onchip_bytes == 2 * out.nbytes             # conv accumulator, residual sum
+
+
+# -- ConvBNReLU: misses and non-matches --------------------------------------------------------
+
+def _assert_miss(model, code, words, pass_name=CONV_PASS):
+    graph, stats = fuse(model)
+    assert op_types(graph) == _unfused(model)
+    s = stats[pass_name]
+    assert s.effect_times == 0 and s.match_times == len(s.misses) >= 1
+    miss = s.misses[0]
+    assert miss.code == code, miss
+    assert words in miss.constraint, miss.constraint
+    assert miss.to_json()["op_types"] and miss.tensors
+    return miss
+
+
+def test_group_conv_is_a_miss():
+    net = Net()
+    net.conv(group=2)
+    net.bn()
+    _act(net, "Relu")
+    _assert_miss(net.model(), "NF2003", "group != 1 is not fused, as GE's ConvBatchnormFusionPass documents")
+
+
+def test_dilated_conv_is_a_miss():
+    net = Net()
+    net.conv(dilation=2)
+    net.bn()
+    _assert_miss(net.model(), "NF2003", "dilation != 1")
+
+
+def test_conv_output_with_other_consumer_is_a_miss():
+    net = Net()
+    conv = net.conv()
+    net.bn()
+    _act(net, "Relu")
+    model = net.model(extra_outputs=[conv])
+    _assert_miss(model, "NF2001", "consumers")
+
+
+def test_conv_output_feeding_two_ops_is_a_miss():
+    net = Net()
+    conv = net.conv()
+    relu = _act(net, "Relu")
+    net.op("Add", [relu, conv])
+    _assert_miss(net.model(), "NF2001", "exactly one consumer")
+
+
+def test_non_constant_bn_params_is_a_miss():
+    net = Net()
+    net.conv()
+    prefix = net.name("bn")
+    net.inits.extend(_bn_inits(prefix)[1:])
+    scale = net.graph_input("bn_scale", [COUT])
+    net.bn([scale] + [f"{prefix}_{s}" for s in "bmv"])
+    miss = _assert_miss(net.model(), "NF2002", "BatchNormalization parameters")
+    assert "bn_scale" in miss.tensors
+
+
+def test_non_constant_conv_weight_is_a_miss():
+    net = Net()
+    w = net.graph_input("weight", [COUT, CIN, 3, 3])
+    net.conv(weight=w)
+    _act(net, "Relu")
+    _assert_miss(net.model(), "NF2002", "weight")
+
+
+def test_bare_conv_is_not_a_match():
+    net = Net()
+    net.conv(bias=True)
+    net.op("Softmax", [net.y], axis=1)
+    graph, stats = fuse(net.model())
+    assert op_types(graph) == ["Conv", "Softmax"]
+    _stats_ok(stats, CONV_PASS, 0, 0)
+
+
+def test_bn_output_with_two_consumers_fuses_up_to_bn():
+    """The BN output stays visible, so Conv+BN fuses and the Relu stays separate."""
+    net = Net()
+    net.conv()
+    bn = net.bn()
+    _act(net, "Relu")
+    model = net.model(extra_outputs=[bn])
+    graph, stats = fuse(model)
+    assert op_types(graph) == [CBR, "Relu"]
+    _stats_ok(stats, CONV_PASS, 1, 1)
+    assert_matches_ort(model, graph)
+
+
+def test_disable_list_restores_unfused_conv():
+    model = _variant(bn=True, bias=False, residual=True, act="Relu")
+    graph, stats = fuse(model, disabled_ops=[CBR])
+    assert op_types(graph) == ["Conv", "BatchNormalization", "Add", "Relu"]
+    assert stats[CONV_PASS].effect_times == 0 and stats[CONV_PASS].disabled_by == "GE_FUSION_DISABLE_LIST"
+    assert_matches_ort(model, graph)
+
+
+# -- ConvPoolFC ---------------------------------------------------------------------------------
+
+def _head(conv_block="bn_relu", pool="gap", flatten="flatten", fc="gemm", opset=17, fc_weight=None,
+          extra_outputs_of=None):
+    net = Net()
+    net.conv(bias=conv_block == "plain")
+    if conv_block == "bn_relu":
+        net.bn()
+        _act(net, "Relu")
+    block = net.y
+    if pool == "gap":
+        net.op("GlobalAveragePool", [net.y])
+    else:
+        axes, keepdims = pool
+        if opset >= 18:
+            net.op("ReduceMean", [net.y, net.const(np.array(axes, np.int64))], keepdims=keepdims)
+        else:
+            net.op("ReduceMean", [net.y], axes=axes, keepdims=keepdims)
+    if flatten == "flatten":
+        net.op("Flatten", [net.y], axis=1)
+    elif flatten == "reshape":
+        net.op("Reshape", [net.y, net.const(np.array([N, COUT], np.int64))])
+    classes = 5
+    if fc == "gemm":
+        w = fc_weight or net.const(_f32((classes, COUT), 0.3))
+        net.op("Gemm", [net.y, w, net.const(_f32(classes, 0.1))], transB=1)
+    elif fc == "gemm_scaled":
+        net.op("Gemm", [net.y, net.const(_f32((COUT, classes), 0.3)), net.const(_f32((1, classes), 0.1))],
+               alpha=0.5, beta=2.0)
+    elif fc == "matmul_add":
+        net.op("MatMul", [net.y, net.const(_f32((COUT, classes), 0.3))])
+        net.op("Add", [net.const(_f32(classes, 0.1)), net.y])
+    elif fc == "matmul":
+        net.op("MatMul", [net.y, fc_weight or net.const(_f32((COUT, classes), 0.3))])
+    return net.model(opset=opset, extra_outputs=[block] if extra_outputs_of == "block" else [])
+
+
+HEADS = {
+    "bn_relu_gap_flatten_gemm": dict(),
+    "plain_conv_gap_gemm_scaled": dict(conv_block="plain", fc="gemm_scaled"),
+    "reducemean_keepdims0_matmul_add": dict(pool=([2, 3], 0), flatten=None, fc="matmul_add"),
+    "reducemean_neg_axes_reshape_gemm": dict(pool=([-1, -2], 1), flatten="reshape"),
+    "reducemean_opset18_axes_input": dict(pool=([2, 3], 1), opset=18),
+    "reducemean_keepdims0_flatten_matmul": dict(pool=([2, 3], 0), fc="matmul"),
+}
+
+
+@pytest.mark.parametrize("name", HEADS)
+def test_head_fuses_and_matches_ort(name):
+    model = _head(**HEADS[name])
+    graph, stats = fuse(model)
+    assert op_types(graph) == [HEAD]
+    _stats_ok(stats, HEAD_PASS, 1, 1)
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
+
+
+def test_head_work_counts_conv_pool_and_fc():
+    graph, _ = fuse(_head())
+    node = graph.nodes[0]
+    t = lambda v: None if v is None else TensorType(np.dtype(np.float32), tuple(v.desc.shape))  # noqa: E731
+    work = get_op(HEAD).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)
+    conv_macs = N * COUT * H * H * CIN * 9
+    assert work.cube_macs == conv_macs + N * COUT * 5
+    block_bytes = N * COUT * H * H * 4
+    assert work.onchip_bytes == 2 * block_bytes + N * COUT * 4    # accumulator, block output, pooled
+
+
+def test_head_miss_reducemean_over_one_axis():
+    # ReduceMean over H only, then Flatten gives (N, C*W): still a head shape for Gemm.
+    net = Net()
+    net.conv()
+    net.bn()
+    _act(net, "Relu")
+    net.op("ReduceMean", [net.y], axes=[2], keepdims=1)
+    net.op("Flatten", [net.y], axis=1)
+    net.op("Gemm", [net.y, net.const(_f32((5, COUT * H), 0.3))], transB=1)
+    model = net.model()
+    graph, stats = fuse(model)
+    assert op_types(graph) == [CBR, "ReduceMean", "Flatten", "Gemm"]
+    miss = stats[HEAD_PASS].misses[0]
+    assert miss.code == "NF2003" and "pooling is not global" in miss.constraint
+    _stats_ok(stats, HEAD_PASS, 1, 0)
+    assert_matches_ort(model, graph)
+
+
+def test_head_miss_conv_output_used_elsewhere():
+    model = _head(extra_outputs_of="block")
+    graph, stats = fuse(model)
+    assert op_types(graph) == [CBR, "GlobalAveragePool", "Flatten", "Gemm"]
+    miss = stats[HEAD_PASS].misses[0]
+    assert miss.code == "NF2001" and "conv output must feed only the pooling" in miss.constraint
+
+
+def test_head_miss_fc_weight_not_constant():
+    net_model = _head(fc="matmul", pool=([2, 3], 0), flatten=None, fc_weight="fcw")
+    net_model.graph.input.append(helper.make_tensor_value_info("fcw", TensorProto.FLOAT, [COUT, 5]))
+    graph, stats = fuse(net_model)
+    assert op_types(graph) == [CBR, "ReduceMean", "MatMul"]
+    miss = stats[HEAD_PASS].misses[0]
+    assert miss.code == "NF2002" and "must be constants" in miss.constraint and "fcw" in miss.constraint
+
+
+def test_pool_not_followed_by_fc_is_not_a_match():
+    net = Net()
+    net.conv()
+    _act(net, "Relu")
+    net.op("GlobalAveragePool", [net.y])
+    graph, stats = fuse(net.model())
+    assert op_types(graph) == [CBR, "GlobalAveragePool"]
+    _stats_ok(stats, HEAD_PASS, 0, 0)
+
+
+def test_disable_head_keeps_conv_fusion():
+    model = _head()
+    graph, stats = fuse(model, disabled_ops=[HEAD])
+    assert op_types(graph) == [CBR, "GlobalAveragePool", "Flatten", "Gemm"]
+    _stats_ok(stats, CONV_PASS, 1, 1)
+    assert stats[HEAD_PASS].effect_times == 0 and stats[HEAD_PASS].disabled_by == "GE_FUSION_DISABLE_LIST"
+    assert_matches_ort(model, graph, precision="fp16")
+
+
+# -- zoo graphs (small configs) -----------------------------------------------------------------
+
+def test_seed_testmodel_three_convs_and_head():
+    model = zoo.build("seed_testmodel", small=True)
+    graph, stats = fuse(model)
+    assert op_types(graph) == [CBR, CBR, HEAD]
+    _stats_ok(stats, CONV_PASS, 3, 3)
+    _stats_ok(stats, HEAD_PASS, 1, 1)
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
+
+
+def test_resnet50_small_every_conv_fused():
+    model = zoo.build("resnet50", small=True)
+    graph, stats = fuse(model)
+    assert graph.op_type_counts() == {CBR: 52, HEAD: 1, "MaxPool": 1}
+    _stats_ok(stats, CONV_PASS, 53, 53)
+    assert stats[CONV_PASS].misses == []
+    head = next(n for n in graph.nodes if n.op_type == HEAD)
+    assert head.attrs["has_residual"] and head.attrs["activation"] == "Relu"
+    assert_matches_ort(model, graph)
+
+
+def test_efficientnet_small_depthwise_convs_are_misses():
+    model = zoo.build("efficientnet_b4", small=True)
+    depthwise = sum(1 for n in lower(model).nodes if n.op_type == "Conv" and n.attrs.get("group", 1) != 1)
+    graph, stats = fuse(model)
+    misses = stats[CONV_PASS].misses
+    assert depthwise > 0 and len(misses) == depthwise
+    assert all(m.code == "NF2003" and "group != 1" in m.constraint for m in misses)
+    assert sum(1 for n in graph.nodes if n.op_type == "Conv") == depthwise
+    _stats_ok(stats, HEAD_PASS, 1, 1)
+    assert_matches_ort(model, graph)
+
+
+def test_passes_registered_in_order():
+    names = [p.pass_name for p in pipeline.all_passes()]
+    assert names.index(CONV_PASS) < names.index(HEAD_PASS)
