@@ -196,7 +196,8 @@ def simulate_tasks(model: Model) -> list:
 def stats_ms(samples: list) -> dict:
     """ais_bench's statistics of a list of times in ms."""
     a = np.asarray(samples, dtype=np.float64)
-    return {"min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()),
+    mean = a[0] if np.all(a == a[0]) else a.mean()     # equal samples: their value, not a rounded sum
+    return {"min": float(a.min()), "max": float(a.max()), "mean": float(mean),
             "median": float(np.median(a)), "percentile(99%)": float(np.percentile(a, 99)), "count": int(a.size)}
 
 
