@@ -76,5 +76,6 @@ def compile_model(options: AtcOptions, build: bool = True) -> CompileResult:
     result = CompileResult(graph, unfused, stats, switches, generic_changes=changes, onnx_node_count=onnx_nodes)
     if build:
         name = os.path.basename(options.output) or graph.name
-        result.partitions = build_partitions(graph, name, options.soc_version, options.precision_mode)
+        result.partitions = build_partitions(graph, name, options.soc_version, options.precision_mode,
+                                             super_kernel_scope=options.super_kernel_scope)
     return result

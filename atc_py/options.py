@@ -79,6 +79,8 @@ class AtcOptions:
                                "For example --output=out/resnet50.")
             if not self.soc_version:
                 raise AtcError("E10004", "Value for --soc_version is empty.", "Pass e.g. --soc_version=Ascend910.")
+        from codegen.super_kernel import scope_matcher
+        scope_matcher(self.super_kernel_scope)   # raises E10001 on a bad scope
         if self.soc_version:
             from simulator.cost_model import available_socs
             socs = available_socs()

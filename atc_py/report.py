@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 from google.protobuf import text_format
 
+from codegen import super_kernel
 from codegen.om_builder import build_partitions, compute_dtype
 from codegen.ops.registry import get_op
 from ge.ir import Graph
 from simulator.cost_model import load_chip
-from simulator.pricing import node_costs
+from simulator.pricing import node_costs, price_tasks
 
 FUSION_RESULT_FILE = "fusion_result.json"
 UB_FUSION_PASSES = {"AutoFusePass"}   # autofuse's kernels are UB (buffer) fusions in GE's terms
@@ -33,6 +34,8 @@ class FusionReport:
     time_before_us: float
     time_after_us: float
     misses: list = field(default_factory=list)
+    super_kernels: list = field(default_factory=list)   # groups of node names
+    launches_after: int = 0                               # with super kernels, if any
 
     @property
     def overall_speedup(self) -> float:
@@ -43,11 +46,15 @@ def _kernels(graph: Graph) -> int:
     return sum(1 for n in graph.nodes if not get_op(n.op_type).no_task)
 
 
-def build_report(result, soc_version: str, precision_mode: str) -> FusionReport:
+def build_report(result, soc_version: str, precision_mode: str, super_kernel_scope: str = "") -> FusionReport:
     chip = load_chip(soc_version)
     dtype_of = lambda node: compute_dtype(node, precision_mode)  # noqa: E731
     before = node_costs(result.unfused, chip, dtype_of)
     after = node_costs(result.graph, chip, dtype_of)
+    launched = [n for n in result.graph.nodes if not get_op(n.op_type).no_task]
+    groups = super_kernel.plan(launched, super_kernel_scope)
+    stream = price_tasks(result.graph, chip, dtype_of,
+                         {name: i for i, group in enumerate(groups) for name in group})
     patterns = []
     for stats in result.fusion_stats:
         if stats.match_times == 0 and not stats.effect_times:
@@ -67,8 +74,8 @@ def build_report(result, soc_version: str, precision_mode: str) -> FusionReport:
     misses = [m for stats in result.fusion_stats for m in stats.misses]
     return FusionReport(patterns, len(result.unfused.nodes), len(result.graph.nodes),
                         _kernels(result.unfused), _kernels(result.graph),
-                        sum(c.total_us for c in before.values()), sum(c.total_us for c in after.values()),
-                        misses)
+                        sum(c.total_us for c in before.values()), stream.total_us,
+                        misses, groups, stream.launches)
 
 
 def report_lines(report: FusionReport) -> list:
@@ -91,6 +98,10 @@ def report_lines(report: FusionReport) -> list:
     lines.append(f"Total operators after fusion: {report.ops_after}")
     lines.append(f"Kernel launches before fusion: {report.kernels_before}")
     lines.append(f"Kernel launches after fusion: {report.kernels_after}")
+    if report.super_kernels:
+        covered = sum(len(g) for g in report.super_kernels)
+        lines.append(f"Super kernels formed: {len(report.super_kernels)} (covering {covered} kernels)")
+        lines.append(f"Kernel launches with super kernels: {report.launches_after}")
     lines.append(f"Overall speedup: {report.overall_speedup:.2f}x")
     return lines
 
@@ -180,7 +191,7 @@ def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version:
 
 def emit(result, options, log) -> FusionReport:
     """Print the report (when the log level asks for it), write fusion_result.json and dumps."""
-    report = build_report(result, options.soc_version, options.precision_mode)
+    report = build_report(result, options.soc_version, options.precision_mode, options.super_kernel_scope)
     for line in report_lines(report):
         log.ge(line)
     for miss in report.misses:

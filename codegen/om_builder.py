@@ -5,7 +5,8 @@ Layout of partition 0 (ge.proto ModelDef, one GraphDef):
   the weights partition, `desc.data_offset`/`desc.weight_size`), one op per IR node with its
   GE type, ONNX attributes and `output_desc`s named after the IR values, then `NetOutput`.
 - provenance attrs on every compute op: `original_op_names` (the ONNX nodes it covers; Netron
-  hides this attr), `_fusion_pass`, `_compute_dtype`; `relu_flag` when a fused kernel ends in
+  hides this attr), `_fusion_pass`, `_compute_dtype`, `_super_kernel` (the super kernel a task
+  is launched in, also in its TaskDef's attr); `relu_flag` when a fused kernel ends in
   ReLU (Netron draws it); `_input_slots` only when optional inputs leave gaps.
 Partition 2 is our ModelTaskDef: one TaskDef per launched kernel, in execution order.
 """
@@ -16,6 +17,7 @@ from typing import Optional
 
 import numpy as np
 
+from codegen import super_kernel
 from codegen.ops.registry import OpKind, get_op
 from ge.ir import Graph, Node, Value
 from om_format import attrs as om_attrs
@@ -63,8 +65,11 @@ def _ref(value: Value, names: dict) -> str:
 
 
 def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_mode: str,
-                     extra_attrs: Optional[dict] = None) -> OmPartitions:
+                     extra_attrs: Optional[dict] = None, super_kernel_scope: str = "") -> OmPartitions:
     graph.topological_sort()
+    launched = [n for n in graph.nodes if not get_op(n.op_type).no_task]
+    super_kernel_of = {name: f"sk_{i}" for i, group in enumerate(super_kernel.plan(launched, super_kernel_scope))
+                       for name in group}
     model = ModelDef(name=model_name, version=1)
     om_attrs.set_attrs(model.attr, {"soc_version": soc_version, "precision_mode": precision_mode,
                                     "framework": "onnx", "producer": "atc_py", **(extra_attrs or {})})
@@ -117,6 +122,8 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
             attrs["_input_slots"] = [i for i, _ in inputs] + [-len(node.inputs)]
         if node.attrs.get("activation") == "Relu":
             attrs["relu_flag"] = True
+        if node.name in super_kernel_of:
+            attrs["_super_kernel"] = super_kernel_of[node.name]
         om_attrs.set_attrs(op.attr, attrs)
         if not opdef.no_task:
             task = tasks.task.add(id=len(tasks.task), type=0, stream_id=0, op_name=node.name,
@@ -127,6 +134,8 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
             task.outputs.extend(f"{node.name}:{i}" for i in range(len(node.outputs)))
             task.origin_op_names.extend(node.origin)
             task.input_desc.extend(op.input_desc)
+            if node.name in super_kernel_of:
+                task.attr["super_kernel"].CopyFrom(om_attrs.to_attr(super_kernel_of[node.name]))
             task.output_desc.extend(op.output_desc)
 
     net = g.op.add(name="NetOutput", type="NetOutput", id=len(g.op))

@@ -16,7 +16,8 @@ from ge.ir import Graph, Node, TensorDesc, Value
 from om_format import attrs as om_attrs
 from om_format.container import OmFile, PartitionType, load_model_def, load_task_def, read_om
 
-_PRIVATE_ATTRS = ("original_op_names", "_fusion_pass", "_compute_dtype", "_input_slots", "relu_flag")
+_PRIVATE_ATTRS = ("original_op_names", "_fusion_pass", "_compute_dtype", "_input_slots", "relu_flag",
+                  "_super_kernel")
 
 
 def _bad(message: str) -> AtcError:
@@ -98,6 +99,8 @@ def load_om_graph(path) -> LoadedOm:
             provenance = {"origin": list(attrs.get("original_op_names") or [op.name])}
             if attrs.get("_fusion_pass"):
                 provenance["pass"] = attrs["_fusion_pass"]
+            if attrs.get("_super_kernel"):
+                provenance["super_kernel"] = str(attrs["_super_kernel"])
             node_attrs = {k: v for k, v in attrs.items() if k not in _PRIVATE_ATTRS}
             node = Node(opdef.op_type, inputs, out_values, node_attrs, name=op.name, provenance=provenance)
             graph.add_node(node)

@@ -13,7 +13,8 @@ import numpy as np
 
 from codegen.ops.registry import TensorType, get_op
 from ge.ir import Graph, Node, Value
-from simulator.cost_model import Chip, KernelCost, KernelSpec, StreamCost, price_kernel, price_stream
+from simulator.cost_model import (Chip, KernelCost, KernelSpec, StreamCost, price_kernel, price_stream,
+                                  price_super_kernel)
 
 FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 
@@ -51,3 +52,30 @@ def price_graph(graph: Graph, chip: Chip, dtype_of: Callable[[Node], np.dtype]) 
 def node_costs(graph: Graph, chip: Chip, dtype_of: Callable[[Node], np.dtype]) -> dict:
     """node name -> KernelCost."""
     return {node.name: price_kernel(chip, kernel_spec(node, dtype_of(node))) for node in graph.nodes}
+
+
+def price_tasks(graph: Graph, chip: Chip, dtype_of: Callable[[Node], np.dtype],
+                super_kernel_of: Optional[dict] = None) -> StreamCost:
+    """The task stream in graph order, with runs that share a super kernel id priced as one
+    super kernel (`super_kernel_of`: node name -> id; see codegen/super_kernel.py).
+    `kernels` keeps one KernelCost per node; `launches` counts real launches."""
+    super_kernel_of = super_kernel_of or {}
+    specs = graph_specs(graph, dtype_of)
+    kernels = [price_kernel(chip, spec) for spec in specs]
+    total, launches, i = 0.0, 0, 0
+    while i < len(specs):
+        group = super_kernel_of.get(specs[i].name)
+        j = i + 1
+        while group is not None and j < len(specs) and (super_kernel_of.get(specs[j].name) == group
+                                                         or specs[j].no_task):
+            j += 1
+        if group is not None and j - i > 1:
+            sk = price_super_kernel(chip, specs[i:j])
+            total += sk.total_us
+            launches += sk.launches
+        else:
+            total += kernels[i].total_us
+            launches += kernels[i].launches
+            j = i + 1
+        i = j
+    return StreamCost(total, kernels, launches)

@@ -36,7 +36,8 @@ def op_types(graph) -> list:
 
 
 def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict:
-    """Seeded inputs for every graph input (ints in [0, 10) -- fine for small vocabularies)."""
+    """Seeded inputs for every graph input: ints in [0, 10) (fine for small vocabularies),
+    0/1 padding masks for integer inputs named like *mask*."""
     rng = np.random.default_rng(seed)
     inits = {i.name for i in model.graph.initializer}
     feeds = {}
@@ -46,7 +47,12 @@ def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict:
         t = info.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
-        if np.issubdtype(dtype, np.integer):
+        if np.issubdtype(dtype, np.integer) and "mask" in info.name.lower():
+            mask = np.ones(shape, dtype=dtype)       # padding mask: the last positions padded
+            if shape and shape[-1] > 2:
+                mask[..., -(shape[-1] // 4 or 1):] = 0
+            feeds[info.name] = mask
+        elif np.issubdtype(dtype, np.integer):
             feeds[info.name] = rng.integers(0, 10, size=shape).astype(dtype)
         elif dtype == np.bool_:
             feeds[info.name] = rng.integers(0, 2, size=shape).astype(bool)
