@@ -229,7 +229,7 @@ class MatMulBiasActFusionPass(FusionPass):
             weight = w.const.T if int(mm.attrs.get("transB", 0)) else w.const
             if alpha != 1.0 or weight is not w.const:
                 w = graph.constant(f"{w.name}/folded", (weight.astype(np.float64) * alpha).astype(w.const.dtype))
-            if beta != 1.0:
+            if beta != 1.0 and mm.inputs[2:3] and mm.inputs[2] is bias_value:    # beta scales C only
                 bias = (bias.astype(np.float64) * beta).astype(bias.dtype)
                 bias_value = None
         if bias_value is None or tuple(bias_value.const.shape) != bias.shape:

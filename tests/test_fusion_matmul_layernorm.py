@@ -295,6 +295,15 @@ def test_gemm_with_transb_alpha_beta_folds_into_weight_and_bias():
     check_numbers(model, graph)
 
 
+def test_gemm_without_c_takes_the_following_add_as_bias_and_ignores_beta():
+    net = Net(17)
+    y = net.op("Gemm", net.input("x", [4, 6]), net.rand(5, 6), transB=1, alpha=2.0, beta=3.0)
+    model = net.model(net.op("Add", net.rand(5), y))
+    graph, _ = fuse(model, passes=MBA)
+    assert op_types(graph) == ["MatMulBiasFusionOp"]
+    check_numbers(model, graph)
+
+
 def test_matmul_without_bias_and_gemm_alone_are_not_candidates():
     net = Net(17)
     a = net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 4))
