@@ -542,3 +542,23 @@ def test_bert_small_full_pipeline_five_kernels_per_layer():
     residuals = [n for n in graph.nodes if n.op_type == "MatMulBiasFusionOp" and len(n.inputs) == 4]
     assert len(residuals) == 4
     check_numbers(model, graph, _bert_feeds(model))
+
+
+@pytest.mark.parametrize("mode", ["force_fp32", "force_fp16"])
+def test_two_output_kernel_with_input_gap_survives_om_and_compare(tmp_path, capsys, mode):
+    """LN without beta (an input gap) + FFN block: atc writes the .om, atc-sim reloads it and
+    compares with onnxruntime."""
+    import cli as atc_cli
+    from simulator import cli as sim_cli
+    net = Net(17)
+    h0 = decomposed_ln(net, net.input("x", [2, 3, 8]), 8, beta=None)
+    h = erf_gelu(net, net.op("Add", net.rand(16), net.op("MatMul", h0, net.rand(8, 16))), "zoo")
+    z = net.op("Add", net.op("Add", net.rand(8), net.op("MatMul", h, net.rand(16, 8))), h0)
+    path = tmp_path / "m.onnx"
+    onnx.save(net.model(z), str(path))
+    assert atc_cli.main([f"--model={path}", "--framework=5", f"--output={tmp_path}/m",
+                         "--soc_version=Ascend910", f"--precision_mode={mode}"]) == 0
+    assert sim_cli.main(["--model", f"{tmp_path}/m.om", "--compare", str(path),
+                         "--output", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    assert "2 tasks" in text and "compare PASS" in text
