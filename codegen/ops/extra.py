@@ -1,0 +1,68 @@
+"""ONNX ops that real exporters emit and the core op modules lacked.
+
+- GatherND: the dynamo exporter lowers transformers' mask indexing
+  (``padding_mask[batch_idx, kv_idx]``) to GatherND on the run-time attention_mask.
+- CastLike: onnxscript's torchlib casts scalars to an input's type with it.
+Both are data movement / conversion on the vector unit, priced per output element.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from codegen.ops.common import per_output_element
+from codegen.ops.registry import OpDef, OpKind, TensorType, register
+from ge.errors import AtcError
+
+
+def _err(message: str) -> AtcError:
+    return AtcError("E16005", f"GatherND: {message}", "Check the node's inputs and attributes.")
+
+
+def _gather_nd_shape(data_shape, indices_shape, batch_dims: int) -> tuple:
+    if not indices_shape:
+        raise _err("indices must have rank >= 1")
+    k = int(indices_shape[-1])
+    if batch_dims < 0 or batch_dims >= min(len(data_shape), len(indices_shape)):
+        raise _err(f"batch_dims {batch_dims} must be below the ranks of data and indices")
+    if tuple(data_shape[:batch_dims]) != tuple(indices_shape[:batch_dims]):
+        raise _err(f"batch dims of data {tuple(data_shape)} and indices {tuple(indices_shape)} differ")
+    if k < 1 or batch_dims + k > len(data_shape):
+        raise _err(f"index depth {k} does not fit data of rank {len(data_shape)} with batch_dims {batch_dims}")
+    return tuple(indices_shape[:-1]) + tuple(data_shape[batch_dims + k:])
+
+
+def gather_nd_compute(inputs, attrs):
+    data, indices = inputs[0], np.asarray(inputs[1]).astype(np.int64, copy=False)
+    b = int(attrs.get("batch_dims", 0))
+    out_shape = _gather_nd_shape(data.shape, indices.shape, b)
+    k = indices.shape[-1]
+    batch = int(np.prod(data.shape[:b], dtype=np.int64))
+    dims = np.asarray(data.shape[b:b + k], dtype=np.int64)
+    idx = indices.reshape(batch, -1, k)
+    idx = np.where(idx < 0, idx + dims, idx)
+    if idx.size and (np.any(idx < 0) or np.any(idx >= dims)):
+        raise _err(f"indices out of range for data of shape {tuple(data.shape)}")
+    flat = data.reshape((batch,) + tuple(data.shape[b:]))
+    rows = np.arange(batch)[:, None]
+    gathered = flat[(rows,) + tuple(idx[..., j] for j in range(k))]
+    return [np.ascontiguousarray(gathered.reshape(out_shape))]
+
+
+def gather_nd_infer(inputs, attrs):
+    data, indices = inputs[0], inputs[1]
+    return [TensorType(np.dtype(data.dtype), _gather_nd_shape(data.shape, indices.shape,
+                                                              int(attrs.get("batch_dims", 0))))]
+
+
+register(OpDef(op_type="GatherND", kind=OpKind.INJECTIVE, compute=gather_nd_compute,
+               infer=gather_nd_infer, work=per_output_element("move"), ge_type="GatherNd"))
+
+
+def cast_like_compute(inputs, attrs):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return [inputs[0].astype(inputs[1].dtype)]
+
+
+register(OpDef(op_type="CastLike", kind=OpKind.ELEMWISE, compute=cast_like_compute,
+               infer=lambda i, a: [TensorType(np.dtype(i[1].dtype), tuple(i[0].shape))],
+               work=per_output_element("alu"), ge_type="CastLike"))

@@ -1,0 +1,248 @@
+"""ONNX files from real exporters: torch.onnx (TorchScript and dynamo) on torch/transformers models.
+
+The zoo builds exporter-*style* graphs by hand; these helpers run the real tools so the
+import, folding and fusion code sees what users actually bring.  Models are built from
+configs with seeded random weights (never downloaded).  `size="small"` gives 2-layer
+configs for the test suite; `size="full"` gives ResNet-50 / BERT-base-like sizes for bench/.
+
+Needs torch (and transformers for BERT/ViT/GPT-2, onnxscript for dynamo): the `export`
+extra.  Callers skip when they are missing (pytest.importorskip).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+import onnx
+
+MODELS = ("resnet50", "bert", "vit", "gpt2")
+EXPORTERS = ("torchscript", "dynamo")
+TORCHSCRIPT_OPSET = 17
+DYNAMO_OPSET = 18
+# Small test shapes: batch 2, image 32x32, 8 tokens; bench sizes: batch 1, 224x224, 128 tokens.
+SHAPES = {"small": dict(batch=2, image=32, seq=8, vocab=100),
+          "full": dict(batch=1, image=224, seq=128, vocab=30522)}
+
+
+# ---------------------------------------------------------------- torchvision-style ResNet
+
+def _resnet_classes():
+    import torch.nn as nn
+
+    class Bottleneck(nn.Module):
+        """torchvision's Bottleneck (v1.5: stride on the 3x3 conv)."""
+        expansion = 4
+
+        def __init__(self, inplanes, planes, stride=1, downsample=None):
+            super().__init__()
+            self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(planes * 4)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = downsample
+
+        def forward(self, x):
+            identity = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.relu(self.bn2(self.conv2(out)))
+            out = self.bn3(self.conv3(out))
+            return self.relu(out + identity)
+
+    class ResNet(nn.Module):
+        """torchvision's ResNet: stem, four stages of Bottlenecks, avgpool, flatten, fc."""
+
+        def __init__(self, layers=(3, 4, 6, 3), width=64, num_classes=1000):
+            super().__init__()
+            self.inplanes = width
+            self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
+            self.bn1 = nn.BatchNorm2d(width)
+            self.relu = nn.ReLU(inplace=True)
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+            self.stages = nn.Sequential(*[self._stage(width * 2 ** i, n, 1 if i == 0 else 2)
+                                          for i, n in enumerate(layers)])
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(self.inplanes, num_classes)
+
+        def _stage(self, planes, blocks, stride):
+            downsample = None
+            if stride != 1 or self.inplanes != planes * 4:
+                downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * 4, 1, stride, bias=False),
+                                           nn.BatchNorm2d(planes * 4))
+            layers = [Bottleneck(self.inplanes, planes, stride, downsample)]
+            self.inplanes = planes * 4
+            layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
+            return nn.Sequential(*layers)
+
+        def forward(self, x):
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+            x = self.avgpool(self.stages(x))
+            return self.fc(x.flatten(1))
+
+    return ResNet
+
+
+def _randomize_batchnorm(model) -> None:
+    """Non-trivial running stats and affine params, so a wrong BN fold shows in the numbers."""
+    import torch
+    gen = torch.Generator().manual_seed(1)
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            n = module.num_features
+            module.running_mean.copy_(torch.randn(n, generator=gen) * 0.1)
+            module.running_var.copy_(torch.rand(n, generator=gen) * 0.5 + 0.75)
+            module.weight.data.copy_(torch.rand(n, generator=gen) * 0.5 + 0.75)
+            module.bias.data.copy_(torch.randn(n, generator=gen) * 0.1)
+
+
+def _perturb_parameters(model, scale: float = 0.05) -> None:
+    """Seeded noise on every parameter.  Fresh transformers models have all-zero biases and
+    unit LayerNorm weights, which exporters then drop (onnxscript's optimizer removes a zero
+    Gemm bias) and which would hide a lost bias or a wrong LayerNorm in the comparisons."""
+    import torch
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=gen) * scale)
+
+
+# ---------------------------------------------------------------- model builders
+
+class _LastHidden:
+    """Wraps a transformers model so the exported graph has plain tensor outputs."""
+
+    @staticmethod
+    def wrap(model, names):
+        import torch
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, *args):
+                out = self.model(**dict(zip(names, args)))
+                return out.last_hidden_state
+
+        return Wrapper()
+
+
+def build(name: str, size: str = "small", layers: Optional[int] = None):
+    """(torch module in eval mode, example input tuple, input names) for a model name."""
+    model, args, names = _build(name, size, layers)
+    _perturb_parameters(model)
+    return model, args, names
+
+
+def _build(name: str, size: str, layers: Optional[int]):
+    import torch
+    torch.manual_seed(0)
+    s = SHAPES[size]
+    small = size == "small"
+    if name == "resnet50":
+        ResNet = _resnet_classes()
+        model = ResNet(layers=(1, 1, 1, 1), width=8, num_classes=10) if small else ResNet()
+        _randomize_batchnorm(model)
+        args = (torch.randn(s["batch"], 3, s["image"], s["image"]),)
+        return model.eval(), args, ["input"]
+    import transformers as tf
+    n_layers = layers or (2 if small else 12)
+    hidden, heads, inter = (64, 4, 128) if small else (768, 12, 3072)
+    if name == "bert":
+        config = tf.BertConfig(vocab_size=s["vocab"], hidden_size=hidden, num_hidden_layers=n_layers,
+                               num_attention_heads=heads, intermediate_size=inter,
+                               max_position_embeddings=max(64, s["seq"]), attn_implementation="eager")
+        model = tf.BertModel(config, add_pooling_layer=False)
+        gen = torch.Generator().manual_seed(2)
+        ids = torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=gen)
+        mask = torch.ones(s["batch"], s["seq"], dtype=torch.int64)
+        mask[0, s["seq"] // 2:] = 0          # padding in the first sequence
+        token_types = torch.zeros_like(ids)
+        names = ["input_ids", "attention_mask", "token_type_ids"]
+        return _LastHidden.wrap(model.eval(), names).eval(), (ids, mask, token_types), names
+    if name == "vit":
+        patch = 8 if small else 16
+        config = tf.ViTConfig(image_size=s["image"], patch_size=patch, hidden_size=hidden,
+                              num_hidden_layers=n_layers, num_attention_heads=heads,
+                              intermediate_size=inter, attn_implementation="eager")
+        model = tf.ViTModel(config, add_pooling_layer=False)
+        names = ["pixel_values"]
+        args = (torch.randn(s["batch"], 3, s["image"], s["image"]),)
+        return _LastHidden.wrap(model.eval(), names).eval(), args, names
+    if name == "gpt2":
+        config = tf.GPT2Config(vocab_size=s["vocab"] if small else 50257, n_positions=max(64, s["seq"]),
+                               n_embd=hidden, n_layer=n_layers, n_head=heads, use_cache=False,
+                               attn_implementation="eager")
+        model = tf.GPT2Model(config)
+        gen = torch.Generator().manual_seed(3)
+        ids = torch.randint(0, config.vocab_size, (s["batch"], s["seq"]), generator=gen)
+        # An explicit mask (right padding in the first sequence): the causal mask is combined
+        # with it, and transformers skips its packed-sequence probe (aten::diff, which the
+        # TorchScript exporter cannot export).
+        mask = torch.ones(s["batch"], s["seq"], dtype=torch.int64)
+        mask[0, s["seq"] // 2:] = 0
+        names = ["input_ids", "attention_mask"]
+        return _LastHidden.wrap(model.eval(), names).eval(), (ids, mask), names
+    raise ValueError(f"unknown model {name!r}; known: {MODELS}")
+
+
+def export(name: str, exporter: str, path: str, size: str = "small", layers: Optional[int] = None) -> str:
+    """Export `name` with `exporter` to `path` (static shapes); returns the path."""
+    import torch
+    model, args, names = build(name, size, layers)
+    with torch.no_grad():
+        if exporter == "torchscript":
+            torch.onnx.export(model, args, path, dynamo=False, do_constant_folding=False,
+                              opset_version=TORCHSCRIPT_OPSET, input_names=names, output_names=["output"])
+        elif exporter == "dynamo":
+            program = torch.onnx.export(model, args, dynamo=True, opset_version=DYNAMO_OPSET,
+                                        input_names=names, output_names=["output"], verbose=False)
+            program.save(path)
+        else:
+            raise ValueError(f"unknown exporter {exporter!r}; known: {EXPORTERS}")
+    return path
+
+
+def example_feeds(name: str, size: str = "small", layers: Optional[int] = None) -> dict:
+    """The example inputs used at export time, as numpy feeds (BERT's mask has zeros)."""
+    _, args, names = build(name, size, layers)
+    return {n: a.numpy() for n, a in zip(names, args)}
+
+
+class ExportCache:
+    """Exports each (model, exporter, size, layers) once into `root` and loads it as ModelProto."""
+
+    def __init__(self, root: str):
+        self.root = str(root)
+        self._models: dict = {}
+
+    def path(self, name: str, exporter: str, size: str = "small", layers: Optional[int] = None) -> str:
+        tag = f"{name}_{exporter}_{size}" + (f"_l{layers}" if layers else "")
+        folder = os.path.join(self.root, tag)
+        path = os.path.join(folder, f"{tag}.onnx")
+        if not os.path.exists(path):
+            os.makedirs(folder, exist_ok=True)
+            export(name, exporter, path, size, layers)
+        return path
+
+    def model(self, name: str, exporter: str, size: str = "small", layers: Optional[int] = None) -> onnx.ModelProto:
+        key = (name, exporter, size, layers)
+        if key not in self._models:
+            self._models[key] = onnx.load(self.path(*key))
+        return self._models[key]
+
+
+def op_histogram(model: onnx.ModelProto) -> dict:
+    """{op_type: count} of the top-level graph, most frequent first."""
+    counts: dict = {}
+    for node in model.graph.node:
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def as_numpy_feeds(feeds: dict) -> dict:
+    return {k: np.ascontiguousarray(v) for k, v in feeds.items()}
