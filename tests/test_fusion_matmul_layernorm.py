@@ -45,6 +45,11 @@ class Net:
         self.inits.append(numpy_helper.from_array(np.asarray(array, dtype=np.float32), name))
         return name
 
+    def const_i64(self, values):
+        name = self.name("axes")
+        self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
+        return name
+
     def rand(self, *shape, scale=0.3):
         return self.const(RNG.standard_normal(shape) * scale, "w")
 
@@ -73,15 +78,6 @@ def reduce_mean(net, x, axes=(-1,), keepdims=1):
     if net.opset >= 18:
         return net.op("ReduceMean", x, net.const_i64(list(axes)), keepdims=keepdims)
     return net.op("ReduceMean", x, axes=list(axes), keepdims=keepdims)
-
-
-def _const_i64(self, values):
-    name = self.name("axes")
-    self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
-    return name
-
-
-Net.const_i64 = _const_i64
 
 
 def decomposed_ln(net, x, hidden, square="pow", divide="div", gamma="right", beta="right",
