@@ -27,6 +27,7 @@ def _load_passes() -> list:
         ("multi_head_attention", "MultiHeadAttentionFusionPass"),
         ("matmul_bias_act", "MatMulBiasActFusionPass"),
         ("layer_norm_matmul", "LayerNormMatMulFusionPass"),
+        ("autofuse", "AutoFusePass"),
     ]
     return [getattr(importlib.import_module(f"fusion_passes.{m}"), c)() for m, c in modules]
 
@@ -55,6 +56,8 @@ def known_names() -> tuple:
 
 
 def run_pass(graph: Graph, fpass: FusionPass, switches: FusionSwitches) -> PassStats:
+    if hasattr(fpass, "run"):          # a pass with its own loop (autofuse); same PassStats contract
+        return fpass.run(graph, switches)
     stats = PassStats(fpass.pattern_name, fpass.pass_name)
     pass_on = switches.pass_enabled(fpass.pass_name)
     if not pass_on:
