@@ -61,11 +61,16 @@ def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict:
     return feeds
 
 
-def run_ort(model: onnx.ModelProto, feeds: dict) -> dict:
+def ort_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """onnxruntime on one thread with every graph optimization off: the unfused reference."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def run_ort(model: onnx.ModelProto, feeds: dict) -> dict:
+    session = ort_session(model)
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, feeds)))
 

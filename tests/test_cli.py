@@ -31,6 +31,15 @@ def compile_args(model, out, *extra):
     return [f"--model={model}", "--framework=5", f"--output={out}", "--soc_version=Ascend910", *extra]
 
 
+def compile_unfused(capsys, tmp_path, model):
+    """Compile with every fusion switched off, so the .om mirrors the ONNX graph op for op."""
+    switch = tmp_path / "off.json"
+    switch.write_text(json.dumps({"Switch": {"GraphFusion": {"ALL": "off"}, "UBFusion": {"ALL": "off"}}}))
+    out = tmp_path / "seed"
+    assert run_atc(capsys, *compile_args(model, out, f"--fusion_switch_file={switch}"))[0] == 0
+    return out
+
+
 def assert_failed(rc, text, code, *paths):
     assert rc != 0
     assert cli.FAIL_LINE in text
@@ -74,10 +83,7 @@ def test_same_input_same_bytes(capsys, tmp_path, seed_model, monkeypatch):
 
 def test_netron_opens_compiled_om_with_every_op_and_weight(capsys, tmp_path, seed_model, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    switch = tmp_path / "off.json"
-    switch.write_text(json.dumps({"Switch": {"GraphFusion": {"ALL": "off"}, "UBFusion": {"ALL": "off"}}}))
-    out = tmp_path / "seed"
-    assert run_atc(capsys, *compile_args(seed_model, out, f"--fusion_switch_file={switch}"))[0] == 0
+    out = compile_unfused(capsys, tmp_path, seed_model)
     seen = netron_open(str(out) + ".om")
     nodes = seen["graphs"][0]["nodes"]
     loaded = load_om_graph(str(out) + ".om")
@@ -108,10 +114,7 @@ def test_netron_opens_compiled_om_with_every_op_and_weight(capsys, tmp_path, see
 
 def test_mode1_json_roundtrip_ops_and_weights(capsys, tmp_path, seed_model, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    switch = tmp_path / "off.json"
-    switch.write_text(json.dumps({"Switch": {"GraphFusion": {"ALL": "off"}, "UBFusion": {"ALL": "off"}}}))
-    out = tmp_path / "seed"
-    assert run_atc(capsys, *compile_args(seed_model, out, f"--fusion_switch_file={switch}"))[0] == 0
+    out = compile_unfused(capsys, tmp_path, seed_model)
     rc, text = run_atc(capsys, "--mode=1", f"--om={out}.om", f"--json={tmp_path / 'seed.json'}")
     assert rc == 0, text
     content = json.loads((tmp_path / "seed.json").read_text())

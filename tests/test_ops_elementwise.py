@@ -8,13 +8,14 @@ import math
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
 from codegen.ops.elementwise import erf
 from codegen.ops.registry import TensorType, Work, get_op
 from ge.errors import AtcError
+
+from helpers import ort_session
 
 RNG = np.random.default_rng(0)
 
@@ -42,10 +43,7 @@ def _ort_run(op_type, inputs, attrs, opset, n_outputs=1):
                               [helper.make_empty_tensor_value_info(o) for o in outs], initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort_session(model)
     return sess.run(None, feeds)
 
 

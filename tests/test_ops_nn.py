@@ -1,12 +1,13 @@
 """Conv, pooling, MatMul and Gemm kernels against onnxruntime on one-node models."""
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
 from codegen.ops.registry import TensorType, get_op
 from ge.errors import AtcError
+
+from helpers import ort_session
 
 RNG = np.random.default_rng(0)
 
@@ -24,10 +25,7 @@ def run_ort(op_type, inputs, attrs=None, opset=18, n_outputs=1):
                                for o in outs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 9
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = ort_session(model)
     feeds = {n: x for n, x in zip(names, inputs) if x is not None}
     return sess.run(None, feeds)
 

@@ -4,12 +4,13 @@ Config inputs (Reshape shape, Slice starts, ...) are fed to onnxruntime as input
 kernels as attributes converted with `tolist()`, exactly as the importer does."""
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
 from codegen.ops.registry import OpKind, TensorType, get_op
 from ge.errors import AtcError
+
+from helpers import ort_session
 
 RNG = np.random.default_rng(1)
 
@@ -24,10 +25,7 @@ def run_ort(op_type, inputs, attrs, opset, n_outputs):
     graph = helper.make_graph([node], "g", graph_inputs, [onnx.ValueInfoProto(name=o) for o in outs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 9
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = ort_session(model)
     return sess.run(None, {n: x for n, x in zip(names, inputs) if x is not None})
 
 
