@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "(ais_bench flags). NPU times are simulated by the cost model of --soc_version.")
     p.add_argument("--model", required=True, help="the .om file")
     p.add_argument("--input", default="", help="comma-separated .npy files in model input order, or a folder of "
-                   ".npy files named <input name>.npy (else taken sorted); default: seeded random inputs")
+                   ".npy files named <input name>.npy (else taken sorted); default: seeded random inputs "
+                   "(floats N(0,1); ints in [0, min(10, embedding rows)); inputs named *mask*: ones)")
     p.add_argument("--output", default="", help="folder for the outputs and summary.json (written directly, "
                    "no timestamped subfolder)")
     p.add_argument("--outfmt", default="NPY", help="NPY (default), BIN (raw bytes) or TXT")
