@@ -11,6 +11,7 @@ extra.  Callers skip when they are missing (pytest.importorskip).
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -193,7 +194,9 @@ def export(name: str, exporter: str, path: str, size: str = "small", layers: Opt
     """Export `name` with `exporter` to `path` (static shapes); returns the path."""
     import torch
     model, args, names = build(name, size, layers)
-    with torch.no_grad():
+    # The exporters' own tracer/deprecation warnings say nothing about our code: keep them out.
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         if exporter == "torchscript":
             torch.onnx.export(model, args, path, dynamo=False, do_constant_folding=False,
                               opset_version=TORCHSCRIPT_OPSET, input_names=names, output_names=["output"])
@@ -246,3 +249,7 @@ def op_histogram(model: onnx.ModelProto) -> dict:
 
 def as_numpy_feeds(feeds: dict) -> dict:
     return {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    return next(int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx"))

@@ -1,0 +1,154 @@
+"""Graphs from real exporters import, fold, type and run like onnxruntime.
+
+torch.onnx's TorchScript exporter (opset 17, no constant folding: BatchNormalization and the
+Shape/Gather/Concat chains stay) and its dynamo exporter (opset 18) on a torchvision-style
+ResNet-50 and transformers BERT/ViT/GPT-2 from small configs.  Each export is made once per
+session (tests/exporters.py).  Skipped when torch/transformers/onnxscript are not installed
+(the `export` extra).  What each export contains is recorded in tests/REAL_EXPORTS.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from helpers import assert_matches_ort, lower, run_ir, run_ort
+
+import exporters
+
+CASES = [(m, e) for m in exporters.MODELS for e in exporters.EXPORTERS]
+IDS = [f"{m}-{e}" for m, e in CASES]
+# Values that only describe shapes: after folding none of these may remain as kernels.
+SHAPE_OPS = {"Shape", "Size", "ConstantOfShape"}
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("onnxscript")
+    return exporters.ExportCache(tmp_path_factory.mktemp("real_exports"))
+
+
+_LOWERED: dict = {}
+
+
+def _lowered(exports, name, exporter):
+    """(onnx model, IR after the generic passes), lowered once per session."""
+    key = (name, exporter)
+    if key not in _LOWERED:
+        model = exports.model(name, exporter)
+        _LOWERED[key] = (model, lower(model))
+    return _LOWERED[key]
+
+
+@pytest.mark.parametrize("name,exporter", CASES, ids=IDS)
+def test_imports_typed_and_folded(exports, name, exporter):
+    model, graph = _lowered(exports, name, exporter)
+    graph.verify(require_types=True)
+    for value in graph.values():
+        assert value.desc.dtype is not None and value.desc.is_static(), value.name
+    left = [n.name for n in graph.nodes if n.op_type in SHAPE_OPS]
+    assert not left, f"shape computations left unfolded: {left}"
+    for node in graph.nodes:
+        if node.op_type in ("Reshape", "Expand"):
+            data = [v for v in node.inputs if v is not None]
+            assert len(data) == 1 and node.attrs.get("shape") is not None, node.name
+    # Folding removed every node whose inputs were all constant.
+    for node in graph.nodes:
+        assert not all(v is None or v.is_const for v in node.inputs), f"{node.name} was not folded"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("name,exporter", CASES, ids=IDS)
+def test_matches_onnxruntime(exports, name, exporter, precision):
+    model, graph = _lowered(exports, name, exporter)
+    feeds = exporters.example_feeds(name)
+    if "attention_mask" in feeds:
+        assert (feeds["attention_mask"] == 0).any() and (feeds["attention_mask"] == 1).any()
+    if "input_ids" in feeds:
+        assert feeds["input_ids"].max() < exporters.SHAPES["small"]["vocab"]
+    with np.errstate(over="ignore"):   # the -3.4e38 mask constant becomes -inf in fp16
+        assert_matches_ort(model, graph, feeds, precision=precision)
+
+
+@pytest.mark.parametrize("exporter", exporters.EXPORTERS)
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_padding_mask_reaches_the_output(exports, name, exporter):
+    """The comparison above is sensitive to the mask: an all-ones mask changes the result."""
+    model, graph = _lowered(exports, name, exporter)
+    feeds = exporters.example_feeds(name)
+    ones = dict(feeds, attention_mask=np.ones_like(feeds["attention_mask"]))
+    padded, unpadded = run_ir(graph, feeds)["output"], run_ir(graph, ones)["output"]
+    assert not np.allclose(padded[0], unpadded[0], atol=1e-3)     # sequence 0 is padded
+    np.testing.assert_allclose(padded[1], unpadded[1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(unpadded, run_ort(model, ones)["output"], rtol=1e-4, atol=1e-4)
+
+
+def test_exporter_forms(exports):
+    """The forms REAL_EXPORTS.md describes; a torch/transformers change that alters them fails here."""
+    hist = {key: exporters.op_histogram(exports.model(*key)) for key in CASES}
+    opsets = {key: exporters.default_opset(exports.model(*key)) for key in CASES}
+    for (name, exporter), opset in opsets.items():
+        assert opset == (exporters.DYNAMO_OPSET if exporter == "dynamo" else exporters.TORCHSCRIPT_OPSET)
+    assert hist["resnet50", "torchscript"]["BatchNormalization"] == 17       # kept: no folding
+    assert "BatchNormalization" not in hist["resnet50", "dynamo"]            # folded into Conv
+    for name in ("bert", "vit", "gpt2"):
+        for exporter in exporters.EXPORTERS:
+            assert hist[name, exporter]["LayerNormalization"] == 5, (name, exporter)
+        assert "Shape" in hist[name, "torchscript"]                         # run-time shape chains
+        assert "Shape" not in hist[name, "dynamo"]
+    assert hist["bert", "dynamo"].get("GatherND") == 1                       # mask indexing
+    assert hist["gpt2", "dynamo"]["Split"] == 2 and hist["gpt2", "torchscript"]["Split"] == 2
+
+
+# ---------------------------------------------------------------- ops added for these graphs
+
+def _one_node(op_type, inputs, outputs, initializers=(), **attrs):
+    node = helper.make_node(op_type, [i.name for i in inputs] + [t.name for t in initializers],
+                            [o.name for o in outputs], **attrs)
+    graph = helper.make_graph([node], op_type, list(inputs), list(outputs), list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _info(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+@pytest.mark.parametrize("batch_dims,data_shape,indices", [
+    (0, (3, 4, 5), [[0, 1], [2, -1], [1, 0]]),                 # index depth 2 of rank 3
+    (0, (2, 8), [[[[0, 7]], [[1, 3]]], [[[1, -8]], [[0, 0]]]]),  # mask-style 4-D indices
+    (1, (2, 3, 4), [[[1], [2]], [[0], [-1]]]),                  # batch_dims=1
+])
+def test_gather_nd_matches_onnxruntime(batch_dims, data_shape, indices):
+    indices = np.asarray(indices, dtype=np.int64)
+    out_shape = indices.shape[:-1] + data_shape[batch_dims + indices.shape[-1]:]
+    model = _one_node("GatherND", [_info("x", TensorProto.FLOAT, data_shape)], [_info("y", TensorProto.FLOAT, out_shape)],
+                      [onnx.numpy_helper.from_array(indices, "idx")], batch_dims=batch_dims)
+    feeds = {"x": np.random.default_rng(0).standard_normal(data_shape).astype(np.float32)}
+    graph = lower(model)
+    assert [n.op_type for n in graph.nodes] == ["GatherND"]
+    assert_matches_ort(model, graph, feeds)
+
+
+def test_gather_nd_rejects_out_of_range_indices():
+    from ge.errors import AtcError
+    model = _one_node("GatherND", [_info("x", TensorProto.FLOAT, (2, 3))], [_info("y", TensorProto.FLOAT, (1,))],
+                      [onnx.numpy_helper.from_array(np.array([[0, 3]], dtype=np.int64), "idx")])
+    graph = lower(model)
+    with pytest.raises(AtcError) as err:
+        run_ir(graph, {"x": np.zeros((2, 3), np.float32)})
+    assert err.value.code == "E16005"
+
+
+@pytest.mark.parametrize("src,like", [(TensorProto.FLOAT, TensorProto.INT64), (TensorProto.INT64, TensorProto.FLOAT),
+                                      (TensorProto.FLOAT, TensorProto.BOOL)])
+def test_cast_like_matches_onnxruntime(src, like):
+    model = _one_node("CastLike", [_info("x", src, (2, 3)), _info("t", like, (1,))], [_info("y", like, (2, 3))])
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((2, 3)) * 5).astype(helper.tensor_dtype_to_np_dtype(src))
+    feeds = {"x": x, "t": np.zeros((1,), helper.tensor_dtype_to_np_dtype(like))}
+    graph = lower(model)
+    assert graph.outputs[0].desc.dtype == np.dtype(helper.tensor_dtype_to_np_dtype(like))
+    assert_matches_ort(model, graph, feeds)
