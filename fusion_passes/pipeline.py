@@ -76,6 +76,8 @@ def run_pass(graph: Graph, fpass: FusionPass, switches: FusionSwitches) -> PassS
         why = switches.why_disabled(fpass.pass_name, result.fused_op)
         if why:
             stats.disabled_by = why
+            for node in result.nodes:       # later passes (autofuse) leave a switched-off pattern as it was
+                node.provenance.setdefault("held_by", f"{fpass.pass_name} ({why})")
             continue
         node = fpass.rewrite(graph, result)
         stats.effect_times += 1
