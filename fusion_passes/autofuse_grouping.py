@@ -41,7 +41,15 @@ MISS_NODES_CAP = 16        # a Miss lists at most this many op names
 
 
 def role(node: Node) -> Optional[str]:
-    """The autofuse role of a node, or None for a boundary (opaque or data-moving)."""
+    """The autofuse role of a node, or None for a boundary (opaque, data-moving, or held
+    unfused by a named pass that a switch turned off: see pipeline.run_pass)."""
+    if node.provenance.get("held_by"):
+        return None
+    return raw_role(node)
+
+
+def raw_role(node: Node) -> Optional[str]:
+    """The role from the op kind alone."""
     op = get_op(node.op_type)
     if op is None or node.op_type == AUTOFUSED_OP:
         return None
@@ -187,6 +195,11 @@ def _opaque_misses(graph: Graph, categories: set, pass_name: str) -> list:
     misses = []
     for node in graph.nodes:
         if role(node) is not None:
+            continue
+        if node.provenance.get("held_by") and raw_role(node) is not None:
+            misses.append(Miss(reasons.PASS_DISABLED, pass_name, node.name, [(node.name, node.op_type)],
+                               f"kept unfused: it belongs to a pattern of {node.provenance['held_by']}, "
+                               f"and a switched-off pattern stays as it was", describe(node.outputs)))
             continue
         before = next((v.producer for v in node.inputs if v is not None and v.producer is not None
                        and role(v.producer) in categories), None)
