@@ -317,3 +317,14 @@ def test_all_registered_with_kinds():
     assert get_op("Identity").no_task
     assert get_op("Clip").config_inputs == ((1, "min"), (2, "max"))
     assert get_op("Div").om_type == "RealDiv"
+
+
+def test_erf_both_precisions_against_math_erf():
+    import math
+    from codegen.ops.elementwise import erf
+    xs = np.linspace(-7, 7, 20001)
+    ref = np.array([math.erf(v) for v in xs])
+    assert np.max(np.abs(erf(xs) - ref)) < 1e-8                       # float64 path
+    got32 = erf(xs.astype(np.float32))
+    assert got32.dtype == np.float32
+    assert np.max(np.abs(got32.astype(np.float64) - ref)) < 1e-6      # float32 rational form
