@@ -354,17 +354,32 @@ class SuperKernelCost(StreamCost):
     saving_us: float = 0.0
 
 
+def super_kernel_durations(chip: Chip, kernels: Sequence[KernelCost]) -> list:
+    """How long each sub-kernel of one super kernel occupies the stream: the first pays the
+    single launch; every later one pays a full-core sync and gets back the early-start /
+    icache-preload overlap (capped by its scalar prologue, which is what it hides).  Views
+    (no launch) take no time.  The sum is the super kernel's time."""
+    durations, first = [], True
+    for k in kernels:
+        if not k.launches:
+            durations.append(0.0)
+        elif first:
+            durations.append(k.total_us)
+            first = False
+        else:
+            saving = min(chip.superkernel_early_start_saving_us, k.scalar_us)
+            durations.append(k.total_us - k.launch_us + chip.superkernel_sync_us - saving)
+    return durations
+
+
 def price_super_kernel(chip: Chip, specs: Sequence[KernelSpec]) -> SuperKernelCost:
     """A run of kernels merged into one SuperKernel task: one launch; every boundary between
-    sub-kernels adds a full-core sync and saves the early-start/icache-preload overlap
-    (capped by the next sub-kernel's scalar prologue, which is what it hides)."""
+    sub-kernels adds a full-core sync and saves the early-start/icache-preload overlap."""
     kernels = [price_kernel(chip, s) for s in specs]
     tasks = [k for k in kernels if k.launches]
     if not tasks:
         return SuperKernelCost(0.0, kernels, 0)
-    body = sum(k.total_us - k.launch_us for k in tasks)
-    boundaries = len(tasks) - 1
-    sync = boundaries * chip.superkernel_sync_us
+    sync = (len(tasks) - 1) * chip.superkernel_sync_us
     saving = sum(min(chip.superkernel_early_start_saving_us, k.scalar_us) for k in tasks[1:])
-    total = chip.task_launch_overhead_us + body + sync - saving
-    return SuperKernelCost(total, kernels, 1, sync_us=sync, saving_us=saving)
+    return SuperKernelCost(sum(super_kernel_durations(chip, kernels)), kernels, 1, sync_us=sync,
+                           saving_us=saving)

@@ -71,7 +71,7 @@ def op_summary_rows(model: Model, timings: list) -> list:
             "Device_id": 0, "Model ID": MODEL_ID, "Task ID": t.task_id, "Stream ID": t.stream_id,
             "Op Name": t.name, "OP Type": _om_type(node),
             "Task Type": t.kernel_type, "Task Start Time(us)": _num(t.start_us),
-            "Task Duration(us)": _num(cost.total_us), "Task Wait Time(us)": _num(0.0),
+            "Task Duration(us)": _num(t.duration_us), "Task Wait Time(us)": _num(0.0),
             "Block Dim": cost.cores_used, "Input Shapes": in_s, "Input Data Types": in_d, "Input Formats": in_f,
             "Output Shapes": out_s, "Output Data Types": out_d, "Output Formats": out_f,
             "Fusion Pass": node.provenance.get("pass", "") or NA, "Origin Ops": ";".join(node.origin),
@@ -121,10 +121,13 @@ def trace_events(model: Model, timings: list) -> list:
         cost = t.cost
         args = {"kernel": t.name, "op_type": _om_type(node), "task_type": t.kernel_type, "task_id": t.task_id,
                 "fusion_pass": node.provenance.get("pass", ""), "origin_ops": node.origin,
-                "compute_dtype": str(model.dtype_of(node)), "bound": cost.bound, "block_dim": cost.cores_used}
+                "compute_dtype": str(model.dtype_of(node)), "bound": cost.bound, "block_dim": cost.cores_used,
+                "super_kernel": t.super_kernel}
         events.append({"ph": "X", "name": t.name, "cat": t.kernel_type, "pid": pid, "tid": t.stream_id,
-                       "ts": t.start_us, "dur": cost.total_us, "args": args})
-        body = t.start_us + cost.launch_us + cost.scalar_us
+                       "ts": t.start_us, "dur": t.duration_us, "args": args})
+        # The pipes run at the end of the task's time: after its launch and scalar prologue, or,
+        # inside a super kernel, after the sync that replaces the launch.
+        body = t.start_us + max(0.0, t.duration_us - (cost.total_us - cost.launch_us - cost.scalar_us))
         for pipe, attr in PIPE_THREADS:
             busy = getattr(cost, attr)
             if busy > 0:

@@ -21,7 +21,7 @@ import numpy as np
 from ge.errors import AtcError
 from ge.ir import Graph, Value
 from ge.om_import import LoadedOm, load_om_graph
-from simulator.cost_model import Chip, KernelCost, load_chip
+from simulator.cost_model import Chip, KernelCost, load_chip, super_kernel_durations
 from simulator.executor import run_graph
 from simulator.pricing import node_costs
 
@@ -175,21 +175,32 @@ class TaskTiming:
     kernel_type: str
     start_us: float
     cost: KernelCost
+    duration_us: float = 0.0     # time on the stream: the cost, or its share of a super kernel
+    super_kernel: str = ""
 
 
 def simulate_tasks(model: Model) -> list:
-    """Price every task of the .om in task order; each starts when the previous ends."""
+    """Price every task of the .om in task order; each starts when the previous ends.  Tasks
+    the .om groups into a super kernel share its price (see cost_model.super_kernel_durations)."""
     from om_format.container import load_task_def
 
     costs = node_costs(model.graph, model.chip, model.dtype_of)
     task_def = load_task_def(model.loaded.om)
     defs = {t.op_name: t for t in task_def.task} if task_def is not None else {}
+    nodes = {n.name: n for n in model.graph.nodes}
+    group_of = {name: nodes[name].provenance.get("super_kernel", "") for name in model.loaded.tasks}
+    durations = {name: costs[name].total_us for name in model.loaded.tasks}
+    for group in sorted(set(group_of.values()) - {""}):
+        members = [name for name in model.loaded.tasks if group_of[name] == group]
+        shares = super_kernel_durations(model.chip, [costs[name] for name in members])
+        durations.update(zip(members, shares))
     clock, timings = 0.0, []
     for i, name in enumerate(model.loaded.tasks):
         td = defs.get(name)
         timings.append(TaskTiming(int(td.id) if td else i, int(td.stream_id) if td else 0, name,
-                                  (td.kernel_type if td else "") or "AI_CORE", clock, costs[name]))
-        clock += costs[name].total_us
+                                  (td.kernel_type if td else "") or "AI_CORE", clock, costs[name],
+                                  durations[name], group_of[name]))
+        clock += durations[name]
     return timings
 
 
@@ -231,7 +242,7 @@ def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
         outputs = run_graph(model.graph, feeds, model.dtype_of)
         host.append((time.perf_counter() - t0) * 1e3)
     timings = simulate_tasks(model)
-    npu_ms = sum(t.cost.total_us for t in timings) / 1e3
+    npu_ms = sum(t.duration_us for t in timings) / 1e3
     bs = batchsize if batchsize else default_batchsize(model.graph)
     npu = stats_ms([npu_ms] * loop)
     throughput = 1000.0 * bs / npu["mean"] if npu["mean"] > 0 else 0.0

@@ -95,3 +95,36 @@ def test_cli_rejects_bad_scope(tmp_path, capsys):
                    "--soc_version=Ascend910", "--super_kernel_scope=re:("])
     assert rc != 0 and "E10001" in capsys.readouterr().out
     assert not (tmp_path / "m.om").exists()
+
+
+def test_simulator_prices_super_kernels_and_keeps_outputs(tmp_path, capsys, monkeypatch):
+    import json
+    from simulator import cli as sim_cli
+    monkeypatch.chdir(tmp_path)
+    model_path = zoo.save("seed_testmodel", str(tmp_path), small=True)
+    base = ["--model=" + model_path, "--framework=5", "--soc_version=Ascend910"]
+    assert cli.main(base + ["--output=plain"]) == 0
+    assert cli.main(base + ["--output=sk", "--super_kernel_scope=all"]) == 0
+    capsys.readouterr()
+    summaries = {}
+    for name in ("plain", "sk"):
+        rc = sim_cli.main(["--model", f"{name}.om", "--output", f"run_{name}", "--compare", model_path,
+                           "--profile", f"prof_{name}"])
+        assert rc == 0, capsys.readouterr().out
+        summaries[name] = json.loads((tmp_path / f"run_{name}" / "summary.json").read_text())
+        capsys.readouterr()
+    plain_ms = summaries["plain"]["NPU_compute_time"]["mean"]
+    sk_ms = summaries["sk"]["NPU_compute_time"]["mean"]
+    loaded = load_om_graph("sk.om")
+    chip = load_chip("Ascend910")
+    specs = graph_specs(loaded.graph, lambda n: loaded.compute_dtypes[n.name])
+    expected = price_super_kernel(chip, specs).total_us / 1e3
+    assert sk_ms == pytest.approx(expected, rel=1e-6) and sk_ms < plain_ms
+    outs = {name: {p.name: np.load(p) for p in (tmp_path / f"run_{name}").glob("*.npy")} for name in summaries}
+    assert outs["plain"].keys() == outs["sk"].keys() and outs["plain"]
+    for key in outs["plain"]:
+        np.testing.assert_array_equal(outs["plain"][key], outs["sk"][key])
+    trace = json.loads(next((tmp_path / "prof_sk").glob("*.json")).read_text())
+    slices = [e for e in trace if e.get("ph") == "X" and e.get("tid") == 0]
+    assert {e["args"]["super_kernel"] for e in slices} == {"sk_0"}
+    assert sum(e["dur"] for e in slices) / 1e3 == pytest.approx(sk_ms, rel=1e-6)
