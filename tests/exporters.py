@@ -253,3 +253,35 @@ def as_numpy_feeds(feeds: dict) -> dict:
 
 def default_opset(model: onnx.ModelProto) -> int:
     return next(int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def markdown_tables(cache: "ExportCache") -> str:
+    """Per export: the ONNX op histogram and the IR's after import + folding (REAL_EXPORTS.md)."""
+    import collections
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from ge.onnx_import import import_model
+    from ge.passes import run_generic
+    lines = []
+    for name in MODELS:
+        for exporter in EXPORTERS:
+            model = cache.model(name, exporter)
+            graph = import_model(model, {})
+            run_generic(graph)
+            folded = collections.Counter(n.op_type for n in graph.nodes)
+            fmt = lambda h: ", ".join(f"{k} {v}" for k, v in h.items())  # noqa: E731
+            lines += [f"### {name} / {exporter} (opset {default_opset(model)})", "",
+                      f"- ONNX ({len(model.graph.node)} nodes): {fmt(op_histogram(model))}",
+                      f"- IR after folding ({len(graph.nodes)} nodes): "
+                      f"{fmt(dict(sorted(folded.items(), key=lambda kv: (-kv[1], kv[0]))))}", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import argparse
+    import tempfile
+    parser = argparse.ArgumentParser(description="Export the small real-exporter models and print "
+                                     "their op histograms (markdown, for tests/REAL_EXPORTS.md).")
+    parser.add_argument("--dir", default=None, help="keep the exported files here (default: a temp dir)")
+    options = parser.parse_args()
+    print(markdown_tables(ExportCache(options.dir or tempfile.mkdtemp(prefix="real_exports_"))))
