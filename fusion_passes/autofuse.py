@@ -192,7 +192,13 @@ class AutoFusePass(FusionPass):
                                      "a path leaves the group and re-enters it", {}))
             return None
         inputs, outputs = kernel_io(members)
-        subgraph = subgraph_of(members, inputs, outputs)
+        try:
+            subgraph = subgraph_of(members, inputs, outputs)
+        except TypeError as exc:       # an attr the JSON sub-graph cannot carry: leave the group alone
+            stats.misses.append(Miss(reasons.UNKNOWN, self.pass_name, members[-1].name,
+                                     [(n.name, n.op_type) for n in members][:grouping.MISS_NODES_CAP],
+                                     f"the group's attributes cannot be stored in the kernel: {exc}", {}))
+            return None
         name, digest = kernel_name(members, subgraph)
         anchor = next((n.op_type for n in members if grouping.role(n) == grouping.TAIL), "")
         attrs = {"subgraph": subgraph, "kernel_name": name, "topology_hash": digest,

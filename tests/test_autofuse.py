@@ -382,3 +382,13 @@ def test_om_round_trip_through_the_cli(tmp_path):
     expected = run_ort(onnx.load(model_path), feeds)
     for name, ref in expected.items():
         np.testing.assert_array_equal(got[name], ref)
+
+
+def test_unstorable_attr_leaves_the_group_unfused():
+    model = zoo.build("seed_addge", small=True)
+    graph = lower(model)
+    graph.nodes[0].attrs["opaque_handle"] = object()        # not JSON-able: cannot travel in the .om
+    from fusion_passes.switches import FusionSwitches
+    stats = AutoFusePass("").run(graph, FusionSwitches())
+    assert op_types(graph) == ["Add", "GreaterOrEqual"]
+    assert stats.match_times == 1 and stats.effect_times == 0 and codes(stats) == ["NF9999"]
