@@ -154,7 +154,7 @@ def _check(p: Group, g: Group, consumer: Node, categories: set, max_size: int) -
         return (reasons.PASS_DISABLED, "absorbing an elementwise tail into a Conv/MatMul kernel is off "
                 "(AUTOFUSE_FLAGS --autofuse_disable_pass=tail)")
     if p.anchor is not None and g.anchor is not None:
-        return (reasons.SHAPE_INCOMPATIBLE, f"one kernel has one iteration space: two cube/anchor ops "
+        return (reasons.MULTIPLE_ANCHORS, f"one kernel has one iteration space: two cube/anchor ops "
                 f"({p.anchor.op_type} {p.anchor.name}, {g.anchor.op_type} {g.anchor.name}) cannot share an epilogue")
     anchor = p.anchor or g.anchor
     reduce = g.reduce
@@ -164,7 +164,7 @@ def _check(p: Group, g: Group, consumer: Node, categories: set, max_size: int) -
     other = g if p.anchor is not None else p
     if anchor is not None and any(v is not None and any(v.producer is m for m in other.members)
                                   for v in anchor.inputs):
-        return (reasons.SHAPE_INCOMPATIBLE, f"{anchor.op_type} {anchor.name} takes no prologue: its inputs "
+        return (reasons.NO_PROLOGUE, f"{anchor.op_type} {anchor.name} takes no prologue: its inputs "
                 f"must come from outside its kernel (only the elementwise tail after it joins)")
     size = len(p.members) + len(g.members)
     if size > max_size:

@@ -10,6 +10,8 @@ NAMES = {
     "NF1006": "PassDisabled",
     "NF1007": "ReduceNotSink",
     "NF1008": "ShapeIncompatible",
+    "NF1009": "MultipleAnchors",
+    "NF1010": "AnchorTakesNoPrologue",
     "NF2001": "IntermediateHasOtherConsumers",
     "NF2002": "NonConstantParameter",
     "NF2003": "UnsupportedAttribute",
@@ -28,6 +30,8 @@ OPAQUE_OP = "NF1005"
 PASS_DISABLED = "NF1006"
 REDUCE_NOT_SINK = "NF1007"
 SHAPE_INCOMPATIBLE = "NF1008"
+MULTIPLE_ANCHORS = "NF1009"
+NO_PROLOGUE = "NF1010"
 OTHER_CONSUMERS = "NF2001"
 NON_CONSTANT = "NF2002"
 UNSUPPORTED_ATTRIBUTE = "NF2003"

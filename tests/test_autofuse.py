@@ -253,7 +253,7 @@ def test_anchor_takes_no_prologue_and_one_anchor_per_kernel():
     model = net.model(y)
     graph, stats = autofuse(model)
     assert op_types(graph).count(KERNEL) == 1 and "Relu" in op_types(graph)
-    assert any(m.code == "NF1008" and "cannot share an epilogue" in m.constraint for m in stats.misses)
+    assert any(m.code == "NF1009" and "cannot share an epilogue" in m.constraint for m in stats.misses)
     assert_matches_ort(model, graph)
 
 
