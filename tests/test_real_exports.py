@@ -1,4 +1,4 @@
-"""Graphs from real exporters import, fold, type and run like onnxruntime.
+"""Graphs from real exporters import, fold, type and run like onnxruntime, unfused and fused.
 
 torch.onnx's TorchScript exporter (opset 17, no constant folding: BatchNormalization and the
 Shape/Gather/Concat chains stay) and its dynamo exporter (opset 18) on a torchvision-style
@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from helpers import assert_matches_ort, lower, run_ir, run_ort
+from helpers import assert_matches_ort, fuse, lower, run_ir, run_ort
 
 import exporters
 
@@ -71,6 +71,17 @@ def test_matches_onnxruntime(exports, name, exporter, precision):
         assert feeds["input_ids"].max() < exporters.SHAPES["small"]["vocab"]
     with np.errstate(over="ignore"):   # the -3.4e38 mask constant becomes -inf in fp16
         assert_matches_ort(model, graph, feeds, precision=precision)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("name,exporter", CASES, ids=IDS)
+def test_fused_matches_onnxruntime(exports, name, exporter, precision):
+    """Whatever the fusion pipeline makes of a real export computes what onnxruntime does."""
+    model = exports.model(name, exporter)
+    graph, _ = fuse(model)
+    graph.verify(require_types=True)
+    with np.errstate(over="ignore"):
+        assert_matches_ort(model, graph, exporters.example_feeds(name), precision=precision)
 
 
 @pytest.mark.parametrize("exporter", exporters.EXPORTERS)
