@@ -193,6 +193,7 @@ class KernelSpec:
     compute_dtype: np.dtype = np.dtype(np.float16)
     no_task: bool = False
     output_elements: Optional[int] = None
+    largest_input_bytes: int = 0    # the biggest single input: what a reduction streams per output
     l2_resident_input_bytes: int = 0
     parallel_blocks: Optional[int] = None
 
@@ -247,15 +248,18 @@ class KernelCost:
 def _blocks(chip: Chip, spec: KernelSpec, cube: bool) -> float:
     """Independent pieces of output a kernel can be split into, as a real number >= 1.
     Cube kernels: one 16x16 output fractal each.  Vector kernels: `vector_min_block_bytes`
-    of output each."""
+    of the larger of output and biggest input each, at most one block per output element."""
     if spec.parallel_blocks is not None:
         return float(spec.parallel_blocks)
+    elements = spec.output_elements
+    if elements is None:
+        elements = spec.output_bytes / spec.compute_dtype.itemsize
     if cube:
-        elements = spec.output_elements
-        if elements is None:
-            elements = spec.output_bytes / spec.compute_dtype.itemsize
         return max(1.0, elements / (chip.cube_m_size * chip.cube_n_size))
-    return max(1.0, spec.output_bytes / chip.vector_min_block_bytes)
+    # A vector block is sized by the bigger of what it writes and what it streams in, but a
+    # block needs at least one output element of its own: a row reduction splits by rows.
+    streamed = max(spec.output_bytes, spec.largest_input_bytes)
+    return max(1.0, min(float(max(elements, 1)), streamed / chip.vector_min_block_bytes))
 
 
 def price_kernel(chip: Chip, spec: KernelSpec) -> KernelCost:

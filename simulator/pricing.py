@@ -37,7 +37,8 @@ def kernel_spec(node: Node, dtype: np.dtype) -> KernelSpec:
         output_bytes=sum(t.nbytes for t in outputs),
         intermediate_bytes=work.onchip_bytes,
         compute_dtype=dtype, no_task=op.no_task,
-        output_elements=sum(t.size for t in outputs))
+        output_elements=sum(t.size for t in outputs),
+        largest_input_bytes=max((t.nbytes for t in inputs if t is not None), default=0))
 
 
 def graph_specs(graph: Graph, dtype_of: Callable[[Node], np.dtype]) -> list:

@@ -276,3 +276,17 @@ def test_super_kernel_of_one_kernel_is_that_kernel():
     spec = elementwise("a", 1 << 16)
     assert price_super_kernel(chip, [spec]).total_us == pytest.approx(price_kernel(chip, spec).total_us)
     assert price_super_kernel(chip, []).total_us == 0
+
+
+def test_row_reduction_splits_by_rows_but_a_full_reduction_does_not():
+    chip = load_chip("Ascend910")
+    rows, cols, item = 8192, 1024, 2
+    work = Work().add_vector("alu", rows * cols)
+    row_reduce = KernelSpec("rows", "ReduceSum", work, input_bytes=rows * cols * item,
+                            output_bytes=rows * item, output_elements=rows,
+                            largest_input_bytes=rows * cols * item)
+    full_reduce = KernelSpec("all", "ReduceSum", work, input_bytes=rows * cols * item,
+                             output_bytes=item, output_elements=1, largest_input_bytes=rows * cols * item)
+    assert price_kernel(chip, row_reduce).cores_used == chip.ai_core_cnt
+    assert price_kernel(chip, full_reduce).cores_used == 1
+    assert price_kernel(chip, row_reduce).total_us < price_kernel(chip, full_reduce).total_us
