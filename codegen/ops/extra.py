@@ -45,7 +45,7 @@ def gather_nd_compute(inputs, attrs):
     flat = data.reshape((batch,) + tuple(data.shape[b:]))
     rows = np.arange(batch)[:, None]
     gathered = flat[(rows,) + tuple(idx[..., j] for j in range(k))]
-    return [np.ascontiguousarray(gathered.reshape(out_shape))]
+    return [np.require(gathered.reshape(out_shape), requirements="C")]
 
 
 def gather_nd_infer(inputs, attrs):

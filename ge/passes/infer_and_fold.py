@@ -97,7 +97,7 @@ def run(graph: Graph) -> int:
             if sum(np.asarray(r).nbytes for r in results) <= _MAX_FOLDED_BYTES:
                 for value, result in zip(node.outputs, results):
                     value.producer = None
-                    value.set_const(np.ascontiguousarray(result))
+                    value.set_const(np.require(result, requirements="C"))  # keeps 0-d arrays 0-d
                 node.outputs = []
                 node.detach()
                 graph.nodes.remove(node)
