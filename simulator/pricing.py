@@ -4,6 +4,10 @@ A kernel's global-memory traffic is its external tensors in the dtype it compute
 (float tensors take the compute dtype; index tensors keep theirs).  Its arithmetic comes
 from the registry's `work` rule, evaluated on those same compute-dtype types, so a fused
 kernel's on-chip intermediates are sized in the dtype it really holds them in.
+
+A fused kernel splits across cores over its largest stage: the elements it splits over are
+the larger of its outputs and its on-chip intermediates (a conv+pool+FC head tiles the conv
+output over every core and combines the pooled partial sums, as GE's atomic-add path does).
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ def kernel_spec(node: Node, dtype: np.dtype) -> KernelSpec:
         output_bytes=sum(t.nbytes for t in outputs),
         intermediate_bytes=work.onchip_bytes,
         compute_dtype=dtype, no_task=op.no_task,
-        output_elements=sum(t.size for t in outputs),
+        output_elements=max(sum(t.size for t in outputs), work.onchip_bytes // np.dtype(dtype).itemsize),
         largest_input_bytes=max((t.nbytes for t in inputs if t is not None), default=0))
 
 

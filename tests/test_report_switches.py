@@ -153,3 +153,16 @@ def test_codegen_compile_debug_writes_a_pbtxt_per_fused_kernel(workdir, capsys, 
     model = text_format.Parse(files[0].read_text(), ModelDef())
     types = [op.type for op in model.graph[0].op]
     assert "Data" in types and "NetOutput" in types and "Conv2D" in types
+
+
+def test_fused_head_is_split_over_its_conv_not_its_tiny_output():
+    """The head kernel's final output is [1, 10]; its conv stage is what the cores share."""
+    import numpy as np
+    from simulator.cost_model import load_chip
+    from simulator.pricing import node_costs
+    from helpers import fuse
+    graph, _ = fuse(zoo.build("seed_testmodel", small=True))
+    head = next(n for n in graph.nodes if n.op_type == "ConvPoolFCFusionOp")
+    costs = node_costs(graph, load_chip("Ascend910"), lambda n: np.dtype(np.float16))
+    assert head.outputs[0].desc.size <= 16
+    assert costs[head.name].cores_used > 1
