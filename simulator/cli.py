@@ -145,9 +145,7 @@ def _run(args) -> int:
     if not compares:
         return EXIT_OK
     for c in compares:
-        print(f"[INFO] compare output [{c.name}] with onnxruntime [{c.reference_name}]: max_abs_error = "
-              f"{c.max_abs_error:.6g}, max_rel_error = {c.max_rel_error:.6g}, tolerance = {c.tolerance:g} x "
-              f"{c.scale:.6g} ({c.precision}) {c.result}{' (' + c.note + ')' if c.note else ''}")
+        print(f"[INFO] compare output [{c.name}] with onnxruntime [{c.reference_name}]: {c.describe()}")
     failed = [c.name for c in compares if not c.passed]
     if failed:
         print(f"[ERROR] compare FAIL: output(s) {failed} differ from onnxruntime beyond tolerance "

@@ -18,6 +18,10 @@ from ge.ir import Graph, Value
 # Allowed max |sim - ref| / max(1, max |ref|), by the lowest precision a kernel on the
 # output's path computes in (COMPARE.md derives the numbers).
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2}
+# Integer/bool outputs downstream of an fp16 kernel (a comparison after fp16 arithmetic):
+# the fraction of elements allowed to differ, because a decision flips when its operands sit
+# within one fp16 rounding of the threshold.  Downstream of fp32 kernels they must match.
+DECISION_FLIP_FRACTION = 1e-3
 
 
 def _compare_error(value, reason: str) -> AtcError:
@@ -72,13 +76,15 @@ class OutputCompare:
     name: str
     reference_name: str
     dtype: str
-    precision: str             # "fp32" | "fp16" | "exact"
-    tolerance: float           # allowed max_abs_error / scale (0 for exact)
+    precision: str             # "fp32" | "fp16" | "exact" | "exact-after-fp16"
+    tolerance: float           # allowed max_abs_error / scale (0 for exact; a mismatch
+                               # fraction for exact-after-fp16)
     scale: float               # max(1, max |reference|)
     max_abs_error: float
     max_rel_error: float       # max_abs_error / max |reference|
     passed: bool
     note: str = ""
+    mismatch_fraction: float = 0.0   # integer/bool outputs: elements that differ / all
 
     @property
     def result(self) -> str:
@@ -87,13 +93,25 @@ class OutputCompare:
     def as_dict(self) -> dict:
         return {**asdict(self), "result": self.result}
 
+    def describe(self) -> str:
+        """One line: the error measure this output is judged by, its bound and the result."""
+        if self.precision.startswith("exact"):
+            measure = f"mismatch_fraction = {self.mismatch_fraction:.6g}, tolerance = {self.tolerance:g}"
+        else:
+            measure = (f"max_abs_error = {self.max_abs_error:.6g}, max_rel_error = {self.max_rel_error:.6g}, "
+                       f"tolerance = {self.tolerance:g} x {self.scale:.6g}")
+        return f"{measure} ({self.precision}) {self.result}{' (' + self.note + ')' if self.note else ''}"
+
 
 def compare_one(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, precision: str) -> OutputCompare:
     """Error of one output; NaN/inf must sit where the reference has them."""
     exact = ref.dtype == np.bool_ or np.issubdtype(ref.dtype, np.integer)
-    tol = 0.0 if exact else TOLERANCE[precision]
-    base = dict(name=name, reference_name=ref_name, dtype=str(ref.dtype),
-                precision="exact" if exact else precision, tolerance=tol)
+    if exact:
+        label = "exact-after-fp16" if precision == "fp16" else "exact"
+        tol = DECISION_FLIP_FRACTION if precision == "fp16" else 0.0
+    else:
+        label, tol = precision, TOLERANCE[precision]
+    base = dict(name=name, reference_name=ref_name, dtype=str(ref.dtype), precision=label, tolerance=tol)
     if tuple(got.shape) != tuple(ref.shape):
         return OutputCompare(**base, scale=0.0, max_abs_error=float("inf"), max_rel_error=float("inf"),
                              passed=False, note=f"shape {list(got.shape)} != reference {list(ref.shape)}")
@@ -108,10 +126,14 @@ def compare_one(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, prec
     peak = float(np.max(np.abs(r[finite]))) if finite.any() else 0.0
     scale = max(1.0, peak)
     max_rel = max_abs / peak if peak > 0 else (0.0 if max_abs == 0 else float("inf"))
-    passed = same_special and max_abs <= tol * scale
+    mismatch = float(np.count_nonzero(g != r)) / r.size if exact and r.size else 0.0
+    if exact:
+        passed = same_special and mismatch <= tol
+    else:
+        passed = same_special and max_abs <= tol * scale
     note = "" if same_special else "NaN/inf positions differ from the reference"
     return OutputCompare(**base, scale=scale, max_abs_error=max_abs, max_rel_error=max_rel,
-                         passed=passed, note=note)
+                         passed=passed, note=note, mismatch_fraction=mismatch)
 
 
 def compare_outputs(graph: Graph, outputs: dict, reference: dict, compute_dtypes: dict) -> list:
