@@ -16,6 +16,7 @@ from google.protobuf import text_format
 from codegen import super_kernel
 from codegen.om_builder import build_partitions, compute_dtype
 from codegen.ops.registry import get_op
+from om_format.container import write_om
 from ge.ir import Graph
 from simulator.cost_model import load_chip
 from simulator.pricing import node_costs, price_tasks
@@ -162,8 +163,9 @@ class _SubgraphView:
 
 
 def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version: str, precision_mode: str) -> list:
-    """Failure dumps (one JSON per miss) and, with codegen_compile_debug, one .pbtxt ModelDef
-    per fused kernel holding the unfused subgraph it replaced.  Returns the files written."""
+    """Failure dumps (one JSON per miss) and, with codegen_compile_debug, per fused kernel the
+    unfused subgraph it replaced as a protobuf-text ModelDef (.pbtxt, GE's dump format) and as
+    an .om that Netron opens.  Returns the files written."""
     os.makedirs(directory, exist_ok=True)
     written = []
     index = 0
@@ -186,6 +188,11 @@ def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text_format.MessageToString(parts.model_def))
             written.append(path)
+            # Netron reads ge.proto only inside an .om container, so the same subgraph goes
+            # next to the text dump as an .om it can open.
+            om_path = os.path.join(directory, f"{_safe(node.name)}.om")
+            write_om(om_path, parts.as_dict(), name=node.op_type, ops=len(view.nodes), platform_version=soc_version)
+            written.append(om_path)
     return written
 
 

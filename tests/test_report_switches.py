@@ -16,6 +16,8 @@ from atc_py import zoo
 from ge.om_import import load_om_graph
 from om_format.schema import ModelDef
 
+from helpers import netron_open
+
 REPORT_LINE = re.compile(r"^\[GE\]( (Pattern: \w+|Matched: \d+ times|Fused into: .+|Estimated speedup: \d+\.\d\dx|"
                          r"Total operators (before|after) fusion: \d+|Kernel launches (before|after) fusion: \d+|"
                          r"Overall speedup: \d+\.\d\dx|Graph Fusion Report:))?$")
@@ -153,6 +155,9 @@ def test_codegen_compile_debug_writes_a_pbtxt_per_fused_kernel(workdir, capsys, 
     model = text_format.Parse(files[0].read_text(), ModelDef())
     types = [op.type for op in model.graph[0].op]
     assert "Data" in types and "NetOutput" in types and "Conv2D" in types
+    seen = netron_open(files[0].with_suffix(".om"))
+    drawn = [n["type"] for n in seen["graphs"][0]["nodes"]]
+    assert drawn == [t for t in types if t != "Const"]
 
 
 def test_fused_head_is_split_over_its_conv_not_its_tiny_output():
