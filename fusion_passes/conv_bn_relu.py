@@ -8,11 +8,23 @@ to the accumulator on chip.  BN is folded into the conv weights and bias at comp
 Walk from the Conv anchor downstream, greedily: BN, then Add (either operand order; the
 other operand comes from elsewhere and broadcasts to the conv output), then one activation
 (Relu, Clip with constant bounds, LeakyRelu, Sigmoid, HardSwish, Tanh, SiLU written as
-y * Sigmoid(y) in either order).  A later intermediate with other consumers ends the
-pattern there (what came before still fuses, its output stays visible).  A bare Conv is
-not a candidate.  Misses (GE's constraints): group != 1 or dilation != 1 (NF2003), the conv
-output itself used elsewhere (NF2001: BN cannot be folded, nothing can fuse), non-constant
-weights or BN parameters (NF2002), BN length != output channels (NF2004), a cycle (NF1002).
+y * Sigmoid(y) in either order), then a permuted store: an optional view op (Reshape,
+Flatten, Squeeze, Unsqueeze) and a Transpose (ViT's patch embedding, `output_shape` /
+`output_perm`).  A later intermediate with other consumers ends the pattern there (what
+came before still fuses, its output stays visible).  A bare Conv is not a candidate.
+
+Residual convolution: when the Add's other operand is the output of another Conv [+ BN]
+(ResNet's downsample branch) used by nothing else, with the same output shape, that conv
+joins the kernel (`residual_conv`, its attrs prefixed `res_`): the two GEMMs accumulate into
+one output tile (codegen/fused/conv.py), with the BN of either folded first -- the same
+rule for BN-kept (TorchScript, zoo) and BN-folded (dynamo) exports.  When it cannot join,
+the Add takes it as a plain residual input and the lone conv's own anchor records why.
+
+Misses (GE's constraints): group != 1 or dilation != 1 (NF2003), the conv output itself
+used elsewhere (NF2001: BN cannot be folded, nothing can fuse), non-constant weights or BN
+parameters (NF2002), BN length != output channels (NF2004), a cycle (NF1002); a conv left
+out of a residual-conv kernel: its output used elsewhere (NF2001), its shape differs
+(NF2004), dtype (NF2005), or any constraint above.
 """
 from __future__ import annotations
 
@@ -23,11 +35,14 @@ import numpy as np
 from fusion_passes import reasons
 from fusion_passes.base import (FusionPass, Match, creates_cycle, escaping_values, fuse, operands,
                                 single_consumer)
+from codegen.fused.conv import CONV_ATTR_NAMES, RES_PREFIX
+from codegen.ops.registry import TensorType, get_op
 from ge.ir import Graph, Node, Value
 
 FUSED_OP = "ConvBNReluFusionOp"
 _SIMPLE_ACTS = ("Relu", "LeakyRelu", "Sigmoid", "HardSwish", "Tanh")
-_CONV_ATTRS = ("kernel_shape", "pads", "strides", "dilations", "group", "auto_pad")
+_CONV_ATTRS = CONV_ATTR_NAMES
+_VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
 def silu_at(value: Value) -> Optional[tuple]:
@@ -98,6 +113,91 @@ def _ints(value, n: int, default: int) -> list:
     return [int(v) for v in np.atleast_1d(value)]
 
 
+def residual_conv_at(value: Value) -> Optional[tuple]:
+    """(conv, bn | None) when `value` is a Conv's output or a BatchNormalization's reading a
+    Conv's output: the structure of a residual convolution (the checks are separate)."""
+    node = value.producer
+    if node is None:
+        return None
+    if node.op_type == "Conv":
+        return node, None
+    source = node.inputs[0] if node.op_type == "BatchNormalization" and node.inputs else None
+    if source is not None and source.producer is not None and source.producer.op_type == "Conv":
+        return source.producer, node
+    return None
+
+
+def store_permute_at(value: Value) -> Optional[tuple]:
+    """(nodes, view shape, perm, output) when `value` alone feeds [one view op ->] a
+    Transpose, each intermediate used by nothing else; else None."""
+    node = single_consumer(value)
+    nodes: list = []
+    view_shape = tuple(value.desc.shape)
+    if node is not None and node.op_type in _VIEW_OPS and [v for v in node.inputs if v is not None] == [value]:
+        nodes.append(node)
+        view_shape = tuple(node.outputs[0].desc.shape)
+        node = single_consumer(node.outputs[0])
+    if node is None or node.op_type != "Transpose":
+        return None
+    perm = node.attrs.get("perm")
+    perm = list(range(len(view_shape)))[::-1] if perm is None or len(perm) == 0 else [int(p) for p in perm]
+    return nodes + [node], [int(d) for d in view_shape], perm, node.outputs[0]
+
+
+def conv_problem(conv: Node, bn: Optional[Node], role: str = "Conv") -> Optional[tuple]:
+    """(code, constraint, values) for the first GE constraint `conv` [+ `bn`] breaks, else None."""
+    group = int(conv.attrs.get("group", 1))
+    w = conv.inputs[1]
+    y = conv.outputs[0]
+    nd = len(w.desc.shape) - 2
+    if group != 1:
+        return (reasons.UNSUPPORTED_ATTRIBUTE, f"group != 1 is not fused, as GE's ConvBatchnormFusionPass "
+                f"documents ({role} {conv.name}: group = {group})", [conv.inputs[0], w, y])
+    dilations = _ints(conv.attrs.get("dilations"), nd, 1)
+    if any(d != 1 for d in dilations):
+        return (reasons.UNSUPPORTED_ATTRIBUTE, f"dilation != 1 is not fused, as GE's ConvBatchnormFusionPass "
+                f"documents ({role} {conv.name}: dilations = {dilations})", [conv.inputs[0], w, y])
+    bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+    for name, value in (("weight", w), ("bias", bias)):
+        if value is not None and not value.is_const:
+            return (reasons.NON_CONSTANT, f"the {role} {name} {value.name} must be a constant", [value])
+    if bn is None:
+        return None
+    params = bn.inputs[1:5]
+    loose = [v for v in params if v is None or not v.is_const]
+    if loose:
+        return (reasons.NON_CONSTANT, "BatchNormalization parameters (scale, B, mean, var) must be constants "
+                f"to fold into the conv weights; {[v.name for v in loose if v]} are not", loose)
+    cout = int(w.desc.shape[0])
+    if any(v.const.size != cout for v in params):
+        return (reasons.SHAPE_MISMATCH, f"BatchNormalization parameters must have one value per output "
+                f"channel ({cout})", params)
+    if int(bn.attrs.get("training_mode", 0)):
+        return (reasons.UNSUPPORTED_ATTRIBUTE, "BatchNormalization in training mode cannot be folded", [])
+    return None
+
+
+def residual_conv_problem(conv: Node, bn: Optional[Node], shape: tuple, dtype) -> Optional[tuple]:
+    """Why `conv` [+ `bn`] cannot be the residual convolution of a conv block whose
+    pre-Add output has `shape`/`dtype`: (code, constraint, values), or None when it can."""
+    exits = [conv.outputs[0]] + ([bn.outputs[0]] if bn is not None else [])
+    if bn is not None and bn.inputs[0] is not conv.outputs[0]:
+        return (reasons.UNSUPPORTED_VARIANT, "the BatchNormalization does not read the conv output", exits)
+    for value in exits:
+        if value.is_graph_output or len(value.uses) != 1:
+            return (reasons.OTHER_CONSUMERS, f"the residual conv's output {value.name} has {len(value.consumers)} "
+                    f"consumer(s){' and is a graph output' if value.is_graph_output else ''}; it must feed only the "
+                    "residual Add, whose kernel would keep it on chip", [value])
+    out = exits[-1]
+    if tuple(out.desc.shape) != tuple(shape):
+        return (reasons.SHAPE_MISMATCH, f"the residual conv output {list(out.desc.shape)} differs from the main "
+                f"conv output {list(shape)}: both GEMMs must accumulate into the same output tile", [out])
+    if np.dtype(out.desc.dtype) != np.dtype(dtype):
+        return (reasons.DTYPE_MISMATCH, f"the residual conv output is {np.dtype(out.desc.dtype)}, the main conv "
+                f"output {np.dtype(dtype)}", [out])
+    return conv_problem(conv, bn, "residual conv")
+
+
 class ConvBNReluFusionPass(FusionPass):
     pattern_name = "ConvBNReLU"
     pass_name = "ConvBNReluFusionPass"
@@ -106,7 +206,7 @@ class ConvBNReluFusionPass(FusionPass):
 
     def match(self, graph: Graph, conv: Node):
         y = conv.outputs[0]
-        bn = add = residual = None
+        bn = add = residual = side = store = None
         act_nodes: list = []
         act_attrs: dict = {}
         cur = y
@@ -116,11 +216,20 @@ class ConvBNReluFusionPass(FusionPass):
             bn, cur = first, first.outputs[0]
         found = residual_at(cur)
         if found:
+            pre_add = cur
             (add, residual), cur = found, found[0].outputs[0]
+            side = residual_conv_at(residual)
+            if side is not None and (side[0] is conv or residual_conv_problem(
+                    *side, tuple(pre_add.desc.shape), pre_add.desc.dtype) is not None):
+                side = None                         # a plain residual input; its own anchor says why
         found = activation_at(cur)
         if found:
             act_nodes, act_attrs, cur = found
-        nodes = [conv] + [n for n in (bn, add) if n is not None] + act_nodes
+        found = store_permute_at(cur)
+        if found:
+            store, cur = found[:3], found[3]
+        side_nodes = [n for n in side if n is not None] if side else []
+        nodes = side_nodes + [conv] + [n for n in (bn, add) if n is not None] + act_nodes + (store[0] if store else [])
         if len(nodes) == 1:
             followers = _first_followers(y)
             if followers and (len(y.uses) > 1 or y.is_graph_output):
@@ -128,41 +237,11 @@ class ConvBNReluFusionPass(FusionPass):
                                  f"the Conv output {y.name} has {len(y.consumers)} consumers"
                                  f"{' and is a graph output' if y.is_graph_output else ''}; fusing would "
                                  "hide it (it must have exactly one consumer)", [y])
-            return None                             # a bare Conv: nothing to fuse
+            return self._left_out_residual_conv(conv)
         # -- GE's constraints ----------------------------------------------------------------
-        group = int(conv.attrs.get("group", 1))
-        w = conv.inputs[1]
-        nd = len(w.desc.shape) - 2
-        if group != 1:
-            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, conv, nodes,
-                             f"group != 1 is not fused, as GE's ConvBatchnormFusionPass documents "
-                             f"(group = {group})", [conv.inputs[0], w, y])
-        dilations = _ints(conv.attrs.get("dilations"), nd, 1)
-        if any(d != 1 for d in dilations):
-            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, conv, nodes,
-                             f"dilation != 1 is not fused, as GE's ConvBatchnormFusionPass documents "
-                             f"(dilations = {dilations})", [conv.inputs[0], w, y])
-        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
-        for name, value in (("weight", w), ("bias", bias)):
-            if value is not None and not value.is_const:
-                return self.miss(reasons.NON_CONSTANT, conv, nodes,
-                                 f"the Conv {name} {value.name} must be a constant", [value])
-        if bn is not None:
-            params = bn.inputs[1:5]
-            loose = [v for v in params if v is None or not v.is_const]
-            if loose:
-                return self.miss(reasons.NON_CONSTANT, conv, nodes,
-                                 "BatchNormalization parameters (scale, B, mean, var) must be constants "
-                                 f"to fold into the conv weights; {[v.name for v in loose if v]} are not",
-                                 loose)
-            cout = int(w.desc.shape[0])
-            if any(v.const.size != cout for v in params):
-                return self.miss(reasons.SHAPE_MISMATCH, conv, nodes,
-                                 f"BatchNormalization parameters must have one value per output "
-                                 f"channel ({cout})", params)
-            if int(bn.attrs.get("training_mode", 0)):
-                return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, conv, nodes,
-                                 "BatchNormalization in training mode cannot be folded", [])
+        problem = conv_problem(conv, bn)
+        if problem:
+            return self.miss(problem[0], conv, nodes, problem[1], problem[2])
         escaping = escaping_values(nodes, [cur])
         if escaping:
             return self.miss(reasons.OTHER_CONSUMERS, conv, nodes,
@@ -172,25 +251,73 @@ class ConvBNReluFusionPass(FusionPass):
             return self.miss(reasons.WILL_CREATE_CYCLE, conv, nodes,
                              f"the residual input {residual.name if residual else '?'} depends on the "
                              "pattern: fusing would create a cycle", [residual])
-        return Match(nodes, FUSED_OP, {"conv": conv, "bn": bn, "residual": residual,
-                                       "act": act_attrs, "output": cur})
+        return Match(nodes, FUSED_OP, {"conv": conv, "bn": bn, "residual": residual, "side": side,
+                                       "act": act_attrs, "store": store, "output": cur})
+
+    def _left_out_residual_conv(self, conv: Node):
+        """A bare Conv whose output is the residual operand of a conv block: a Miss saying
+        why it cannot be that block's residual convolution (None when it can: the block's
+        anchor takes it, before or after this one)."""
+        y = conv.outputs[0]
+        for user in y.consumers:
+            if user.op_type == "Add":
+                pair = operands(user, lambda v: v is y)
+                main = pair[1] if pair is not None else None
+                if main is not None and main is not y and residual_conv_at(main) is not None:
+                    shape, dtype, block = tuple(main.desc.shape), main.desc.dtype, main.producer
+                    break
+            elif user.op_type == FUSED_OP and len(user.inputs) > 3 and user.inputs[3] is y:
+                x, w = user.inputs[0], user.inputs[1]
+                out = get_op("Conv").infer([TensorType(x.desc.dtype, tuple(x.desc.shape)),
+                                            TensorType(w.desc.dtype, tuple(w.desc.shape))], user.attrs)[0]
+                shape, dtype, block = tuple(out.shape), out.dtype, user
+                break
+        else:
+            return None
+        problem = residual_conv_problem(conv, None, shape, dtype)
+        if problem is None:
+            return None
+        return self.miss(problem[0], conv, [conv, user],
+                         f"not fused as the residual convolution of {block.op_type} {block.name}: {problem[1]}",
+                         list(problem[2]) + [y])
 
     def rewrite(self, graph: Graph, match: Match) -> Node:
-        conv, bn = match.data["conv"], match.data["bn"]
-        w = conv.inputs[1]
-        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
-        if bn is not None:
-            w, bias = fold_batch_norm(graph, conv, bn)
+        conv, bn, side = match.data["conv"], match.data["bn"], match.data["side"]
+        w, bias = conv_params(graph, conv, bn)
         attrs = conv_attrs(conv)
         attrs.update(match.data["act"])
         attrs["has_bn"] = bn is not None
-        attrs["has_residual"] = match.data["residual"] is not None
-        inputs = [conv.inputs[0], w, bias]
-        if match.data["residual"] is not None:
-            inputs.append(match.data["residual"])
-        elif bias is None:
+        attrs["has_residual"] = match.data["residual"] is not None and side is None
+        inputs = [conv.inputs[0], w, bias, None if side else match.data["residual"]]
+        if side is not None:
+            side_conv, side_bn = side
+            side_w, side_bias = conv_params(graph, side_conv, side_bn)
+            inputs[2] = _sum_bias(graph, conv, bias, side_bias)
+            inputs += [side_conv.inputs[0], side_w]
+            attrs["residual_conv"] = True
+            attrs["res_has_bn"] = side_bn is not None
+            attrs.update({RES_PREFIX + k: v for k, v in conv_attrs(side_conv).items()})
+        if match.data["store"] is not None:
+            _, view_shape, perm = match.data["store"]
+            attrs["output_shape"], attrs["output_perm"] = view_shape, perm
+        while inputs[-1] is None:
             inputs.pop()
         return fuse(graph, match.nodes, FUSED_OP, inputs, [match.data["output"]], attrs, self.pass_name)
+
+
+def conv_params(graph: Graph, conv: Node, bn: Optional[Node]) -> tuple:
+    """(weight, bias | None) of the conv as the kernel uses them: BN folded when present."""
+    if bn is not None:
+        return fold_batch_norm(graph, conv, bn)
+    return conv.inputs[1], (conv.inputs[2] if len(conv.inputs) > 2 else None)
+
+
+def _sum_bias(graph: Graph, conv: Node, a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
+    """One bias for the two accumulated GEMMs: a + b in float64, in the weight dtype."""
+    if a is None or b is None:
+        return a if b is None else b
+    total = a.const.astype(np.float64).reshape(-1) + b.const.astype(np.float64).reshape(-1)
+    return graph.constant(f"{conv.name}/residual_conv_bias", total.astype(conv.inputs[1].desc.dtype))
 
 
 def conv_attrs(conv: Node) -> dict:

@@ -5,14 +5,16 @@ separate kernels each is written to and re-read from global memory, and each lau
 time; in one kernel the conv tile is pooled on chip and fed straight to the FC.
 
 Pattern (anchor: the pooling op):
-  Conv | ConvBNReluFusionOp   (a conv block the ConvBNReLU pass already fused, or a plain Conv)
+  Conv | ConvBNReluFusionOp   (a conv block the ConvBNReLU pass already fused -- with its
+                               residual conv, if any -- or a plain Conv)
   -> GlobalAveragePool | ReduceMean(axes = all spatial axes, keepdims 0 or 1)
   -> [Flatten | Reshape to (N, C)]   (may be absent when ReduceMean has keepdims=0)
   -> Gemm(transA=0) | MatMul [+ Add(constant bias)]
 A pooling op not fed by a conv block or not followed by an FC is not this pattern (None):
 e.g. EfficientNet's squeeze-excite pools.  Misses: pooling not over all spatial axes,
 group/dilation != 1, an intermediate used elsewhere (NF2001), non-constant FC or conv
-weights (NF2002), the flattened shape not (N, C) or a bias that does not broadcast (NF2004).
+weights (NF2002), the flattened shape not (N, C) or a bias that does not broadcast (NF2004),
+a conv block that stores its output permuted (NF2006).
 """
 from __future__ import annotations
 
@@ -22,13 +24,15 @@ import numpy as np
 
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, creates_cycle, escaping_values, fuse, operands, single_consumer
+from codegen.fused.conv import CONV_ATTR_NAMES, RES_PREFIX
 from fusion_passes.conv_bn_relu import conv_attrs
 from ge.ir import Graph, Node, Value
 
 FUSED_OP = "ConvPoolFCFusionOp"
 _CONV_TYPES = ("Conv", "ConvBNReluFusionOp")
 _BLOCK_ATTRS = ("kernel_shape", "pads", "strides", "dilations", "group", "auto_pad", "activation",
-                "clip_min", "clip_max", "act_alpha", "has_bn", "has_residual")
+                "clip_min", "clip_max", "act_alpha", "has_bn", "has_residual", "residual_conv", "res_has_bn") \
+    + tuple(RES_PREFIX + k for k in CONV_ATTR_NAMES)
 
 
 def _fc_at(value: Value) -> Optional[tuple]:
@@ -78,6 +82,11 @@ class ConvPoolFCFusionPass(FusionPass):
         rank = len(block.desc.shape)
         n, c = int(block.desc.shape[0]), int(block.desc.shape[1])
         # -- constraints ---------------------------------------------------------------------
+        if "output_perm" in conv.attrs:
+            return self.miss(reasons.UNSUPPORTED_VARIANT, pool, nodes,
+                             f"the conv block {conv.name} stores its output permuted "
+                             f"(perm {list(conv.attrs['output_perm'])}): the head pools an (N, C, *spatial) block",
+                             [block])
         if pool.op_type == "ReduceMean":
             axes = sorted(int(a) % rank for a in (pool.attrs.get("axes") or []))
             spatial = list(range(2, rank))
@@ -136,7 +145,8 @@ class ConvPoolFCFusionPass(FusionPass):
         attrs.update(match.data["fc_attrs"])
         attrs["pool"] = match.nodes[1].op_type
         block_inputs = list(conv.inputs[:4]) + [None] * (4 - len(conv.inputs[:4]))
-        inputs = block_inputs + [match.data["weight"], match.data["bias"]]
+        # a residual conv's (res_x, res_W) follow the FC operands: codegen.fused.conv.HEAD_RES_SLOT
+        inputs = block_inputs + [match.data["weight"], match.data["bias"]] + list(conv.inputs[4:6])
         while inputs[-1] is None:
             inputs.pop()
         return fuse(graph, match.nodes, FUSED_OP, inputs, [match.data["output"]], attrs, self.pass_name)

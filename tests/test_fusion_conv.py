@@ -436,11 +436,15 @@ def test_seed_testmodel_three_convs_and_head():
 
 
 def test_resnet50_small_every_conv_fused():
+    """53 Conv: the 4 downsample Conv+BN join their stage's conv3 kernel as residual convs
+    (54 -> 50 kernels): 48 conv blocks + the head + MaxPool."""
     model = zoo.build("resnet50", small=True)
     graph, stats = fuse(model)
-    assert graph.op_type_counts() == {CBR: 52, HEAD: 1, "MaxPool": 1}
-    _stats_ok(stats, CONV_PASS, 53, 53)
+    assert graph.op_type_counts() == {CBR: 48, HEAD: 1, "MaxPool": 1}
+    _stats_ok(stats, CONV_PASS, 49, 49)
     assert stats[CONV_PASS].misses == []
+    assert sum(1 for n in graph.nodes if n.attrs.get("residual_conv")) == 4
+    assert sum(len([o for o in n.origin if o.endswith("Conv")]) for n in graph.nodes) == 53
     head = next(n for n in graph.nodes if n.op_type == HEAD)
     assert head.attrs["has_residual"] and head.attrs["activation"] == "Relu"
     assert_matches_ort(model, graph)
@@ -461,3 +465,228 @@ def test_efficientnet_small_depthwise_convs_are_misses():
 def test_passes_registered_in_order():
     names = [p.pass_name for p in pipeline.all_passes()]
     assert names.index(CONV_PASS) < names.index(HEAD_PASS)
+
+
+# -- residual convolution: ResNet's downsample branch joins the conv3 kernel --------------------
+
+def _downsample_block(main_bn=True, side_bn=True, side_bias=False, main_bias=False, side_first=False,
+                      swap=False, act="Relu", side_k=1, side_group=1, side_extra_output=False, head=False):
+    """x -> Conv3x3(stride 2)[+BN] -> Add(., downsample(x)) -> act, downsample = Conv1x1(stride 2)
+    [+BN]: one torchvision Bottleneck's tail, BN kept (TorchScript) or folded (dynamo: biases)."""
+    net = Net()
+
+    def side():
+        k = side_k
+        w = net.const(_f32((COUT, CIN // side_group, k, k), (CIN * k * k) ** -0.5), "wds")
+        ins = ["x", w] + ([net.const(_f32(COUT, 0.1), "bds")] if side_bias else [])
+        y = net.op("Conv", ins, kernel_shape=[k, k], pads=[0] * 4, strides=[2, 2] if k == 1 else [1, 1],
+                   group=side_group)
+        if side_bn:
+            net.inits.extend(_bn_inits("ds"))
+            y = net.op("BatchNormalization", [y] + [f"ds_{s}" for s in "sbmv"], epsilon=1e-5)
+        return y
+
+    def main():
+        w = net.const(_f32((COUT, CIN, 3, 3), (CIN * 9) ** -0.5), "w")
+        ins = ["x", w] + ([net.const(_f32(COUT, 0.1), "b")] if main_bias else [])
+        y = net.op("Conv", ins, kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2])
+        if main_bn:
+            y = net.op("BatchNormalization", [y] + [f"m_{s}" for s in "sbmv"], epsilon=1e-5)
+            net.inits.extend(_bn_inits("m"))
+        return y
+
+    if side_first:
+        ds = side()
+        y = main()
+    else:
+        y = main()
+        ds = side()
+    net.op("Add", [ds, y] if swap else [y, ds])
+    if act:
+        _act(net, act)
+    extra = [ds] if side_extra_output else []
+    if head:
+        net.cin = COUT
+        net.op("GlobalAveragePool", [net.y])
+        net.op("Flatten", [net.y], axis=1)
+        net.op("Gemm", [net.y, net.const(_f32((5, COUT), 0.3)), net.const(_f32(5, 0.1))], transB=1)
+    return net.model(extra_outputs=extra)
+
+
+RESIDUAL_CONVS = {
+    "torchscript_bn_kept": dict(),
+    "dynamo_bn_folded_biases": dict(main_bn=False, side_bn=False, main_bias=True, side_bias=True),
+    "side_visited_first": dict(side_first=True),
+    "side_first_bn_folded": dict(side_first=True, main_bn=False, side_bn=False, main_bias=True, side_bias=True),
+    "add_operands_swapped": dict(swap=True),
+    "only_side_has_bias": dict(main_bn=False, side_bn=False, side_bias=True),
+    "no_activation": dict(act=None),
+    "silu": dict(act="SiLU", side_bn=False),
+}
+
+
+@pytest.mark.parametrize("name", RESIDUAL_CONVS)
+def test_residual_conv_fuses_both_convs_and_matches_ort(name):
+    model = _downsample_block(**RESIDUAL_CONVS[name])
+    graph, stats = fuse(model)
+    assert op_types(graph) == [CBR]
+    _stats_ok(stats, CONV_PASS, 1, 1)
+    node = graph.nodes[0]
+    assert node.attrs["residual_conv"] and not node.attrs["has_residual"]
+    assert set(node.origin) == {n.name for n in model.graph.node}
+    assert [v.name for v in node.inputs[::4]] == ["x", "x"]           # x and res_x: both convs read x
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
+
+
+def test_residual_conv_work_counts_both_gemms_and_one_tile():
+    model = _downsample_block(main_bn=False, side_bn=False, main_bias=True, side_bias=True)
+    t = lambda v: None if v is None else TensorType(np.dtype(np.float16), tuple(v.desc.shape))  # noqa: E731
+    plain = lower(model)
+    convs = [n for n in plain.nodes if n.op_type == "Conv"]
+    macs = sum(get_op("Conv").work([t(v) for v in c.inputs], [t(c.outputs[0])], c.attrs).cube_macs for c in convs)
+    node = fuse(model)[0].nodes[0]
+    out = t(node.outputs[0])
+    work = get_op(CBR).work([t(v) for v in node.inputs], [out], node.attrs)
+    assert work.cube_macs == macs == N * COUT * (H // 2) ** 2 * (CIN * 9 + CIN)
+    assert work.vector_ops["alu"] == 2 * out.size          # one (summed) bias, relu: the add is in the cube
+    assert work.onchip_bytes == out.nbytes                 # one accumulator tile for both GEMMs
+    assert len(node.inputs) == 6 and node.inputs[3] is None
+
+
+def test_residual_conv_block_feeds_the_head():
+    model = _downsample_block(head=True)
+    graph, stats = fuse(model)
+    assert op_types(graph) == [HEAD]
+    assert graph.nodes[0].attrs["residual_conv"]
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
+
+
+def _residual_conv_miss(model, code, words, kernels):
+    graph, stats = fuse(model)
+    assert sorted(op_types(graph)) == sorted(kernels)
+    block = next(n for n in graph.nodes if n.op_type == CBR)
+    assert block.attrs["has_residual"] and not block.attrs.get("residual_conv")
+    misses = [m for m in stats[CONV_PASS].misses if m.code == code]
+    assert len(misses) == 1, stats[CONV_PASS].misses
+    assert words in misses[0].constraint, misses[0].constraint
+    assert "Conv" in misses[0].to_json()["op_types"] and misses[0].tensors
+    assert_matches_ort(model, graph)
+    return misses[0]
+
+
+@pytest.mark.parametrize("side_first", [False, True])
+def test_residual_conv_miss_output_used_elsewhere(side_first):
+    model = _downsample_block(side_bn=False, side_extra_output=True, side_first=side_first)
+    _residual_conv_miss(model, "NF2001", "graph output", ["Conv", CBR])
+
+
+@pytest.mark.parametrize("side_first", [False, True])
+def test_residual_conv_miss_shapes_differ(side_first):
+    """A [N, C, 1, 1] conv output broadcasts in the Add, but cannot share the output tile."""
+    model = _downsample_block(side_bn=False, side_k=H, side_first=side_first)
+    miss = _residual_conv_miss(model, "NF2004", "same output tile", ["Conv", CBR])
+    assert "not fused as the residual convolution" in miss.constraint
+
+
+def test_residual_conv_miss_group_conv():
+    model = _downsample_block(side_bn=False, side_group=2)
+    _residual_conv_miss(model, "NF2003", "residual conv", ["Conv", CBR])
+
+
+def test_residual_conv_switched_off_restores_both_convs():
+    model = _downsample_block()
+    graph, stats = fuse(model, disabled_ops=[CBR])
+    assert sorted(op_types(graph)) == sorted(["Conv", "BatchNormalization"] * 2 + ["Add", "Relu"])
+    assert_matches_ort(model, graph)
+
+
+# -- permuted store: ViT's patch embedding ------------------------------------------------------
+
+def _patch_embed(view="reshape", perm=(0, 2, 1), bn=False, act=None, tail=False, view_extra_output=False):
+    """Conv(k = s = 2, bias) -> [BN] [act] -> Reshape[N, C, HW] | none -> Transpose[perm]
+    [-> Concat(CLS) -> Add(position)] as both exporters write ViT's patch embedding."""
+    net = Net(h=8)
+    w = net.const(_f32((COUT, CIN, 2, 2), 0.3), "w")
+    net.op("Conv", ["x", w, net.const(_f32(COUT, 0.1), "b")], kernel_shape=[2, 2], strides=[2, 2])
+    net.cin = COUT
+    if bn:
+        net.bn()
+    if act:
+        _act(net, act)
+    hw = 16
+    if view == "reshape":
+        net.op("Reshape", [net.y, net.const(np.array([N, COUT, -1], np.int64))])
+    viewed = net.y
+    net.op("Transpose", [net.y], perm=list(perm))
+    if tail:
+        cls = net.const(_f32((N, 1, COUT)), "cls")
+        net.op("Concat", [cls, net.y], axis=1)
+        net.op("Add", [net.y, net.const(_f32((1, hw + 1, COUT)), "pos")])
+    return net.model(extra_outputs=[viewed] if view_extra_output else [])
+
+
+PATCH_EMBEDS = {
+    "vit_reshape_transpose": dict(),
+    "nhwc_transpose_no_view": dict(view=None, perm=(0, 2, 3, 1)),
+    "bn_relu_then_permute": dict(bn=True, act="Relu"),
+    "reverse_perm": dict(perm=(2, 1, 0)),
+}
+
+
+@pytest.mark.parametrize("name", PATCH_EMBEDS)
+def test_permuted_store_fuses_and_matches_ort(name):
+    cfg = PATCH_EMBEDS[name]
+    model = _patch_embed(**cfg)
+    graph, stats = fuse(model)
+    assert op_types(graph) == [CBR]
+    _stats_ok(stats, CONV_PASS, 1, 1)
+    node = graph.nodes[0]
+    assert node.attrs["output_perm"] == list(cfg.get("perm", (0, 2, 1)))
+    assert node.attrs["output_shape"] == ([N, COUT, 16] if cfg.get("view", "reshape") else [N, COUT, 4, 4])
+    assert set(node.origin) == {n.name for n in model.graph.node}
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
+
+
+def test_permuted_store_work_is_the_conv_block():
+    graph, _ = fuse(_patch_embed())
+    node = graph.nodes[0]
+    t = lambda v: TensorType(np.dtype(np.float32), tuple(v.desc.shape))  # noqa: E731
+    work = get_op(CBR).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)
+    assert work.cube_macs == N * COUT * 16 * CIN * 4
+    assert work.vector_ops == {"alu": N * COUT * 16}       # the bias; the layout change is in the store
+    assert tuple(node.outputs[0].desc.shape) == (N, 16, COUT)
+
+
+def test_patch_embedding_with_cls_and_position_has_no_bare_conv():
+    """The whole pipeline (autofuse included) on the ViT embedding: the conv is in a fused kernel."""
+    model = _patch_embed(tail=True)
+    graph, _ = fuse_pipeline(model)
+    assert "Conv" not in op_types(graph) and "Transpose" not in op_types(graph)
+    assert op_types(graph)[0] == CBR
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
+
+
+def test_permuted_store_view_used_elsewhere_is_not_absorbed():
+    model = _patch_embed(view_extra_output=True)
+    graph, stats = fuse(model)
+    assert op_types(graph) == ["Conv", "Reshape", "Transpose"]
+    _stats_ok(stats, CONV_PASS, 0, 0)
+
+
+def test_head_refuses_a_permuted_conv_block():
+    net = Net()
+    net.conv(bias=True)
+    _act(net, "Relu")
+    net.op("Transpose", [net.y], perm=[0, 2, 3, 1])
+    net.op("ReduceMean", [net.y], axes=[1, 2], keepdims=0)
+    net.op("Gemm", [net.y, net.const(_f32((5, COUT), 0.3))], transB=1)
+    model = net.model()
+    graph, stats = fuse(model)
+    assert op_types(graph) == [CBR, "ReduceMean", "Gemm"]
+    miss = stats[HEAD_PASS].misses[0]
+    assert miss.code == "NF2006" and "permuted" in miss.constraint
+    assert_matches_ort(model, graph)

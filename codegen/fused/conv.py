@@ -5,11 +5,24 @@ bias + residual + activation) as ConvBNReluFusionOp before its pooling and FC, s
 share `_conv_block`.  BatchNorm is already folded into the weights and bias at compile
 time (fusion_passes/conv_bn_relu.py), so the kernel sees a plain conv with an epilogue.
 
-Inputs of ConvBNReluFusionOp: [x, W, b | None, residual | None] (trailing None dropped).
-Inputs of ConvPoolFCFusionOp: [x, W, b | None, residual | None, fc_weight, fc_bias | None].
-Attrs: the Conv attrs, `activation` (Relu, Clip, LeakyRelu, Sigmoid, HardSwish, SiLU, Tanh,
-absent = none) with `clip_min`/`clip_max`/`act_alpha`, `has_residual`; the head adds
-`fc_transB`, `fc_alpha`, `fc_beta`.
+Inputs of ConvBNReluFusionOp: [x, W, b | None, residual | None, res_x, res_W] (trailing None
+dropped).  Inputs of ConvPoolFCFusionOp: [x, W, b | None, residual | None, fc_weight,
+fc_bias | None, res_x, res_W].  Attrs: the Conv attrs, `activation` (Relu, Clip, LeakyRelu,
+Sigmoid, HardSwish, SiLU, Tanh, absent = none) with `clip_min`/`clip_max`/`act_alpha`,
+`has_residual`; the head adds `fc_transB`, `fc_alpha`, `fc_beta`.
+
+Residual convolution (`residual_conv` true; `res_` + the Conv attrs of the second conv):
+ResNet's downsample branch.  The kernel computes conv(x, W) + conv(res_x, res_W) + b, i.e. one
+GEMM over the concatenated K dimension [W | res_W] x [im2col(x); im2col(res_x)]: both
+products accumulate into the same output tile, so the downsample output never reaches
+global memory; b is the sum of both convs' (BN-folded) biases.  No broadcast: both convs
+have the same output shape.
+
+Permuted store (`output_shape`, `output_perm`, ConvBNReluFusionOp only): ViT's patch
+embedding `Conv -> Reshape[N, C, HW] -> Transpose[0, 2, 1]`.  The output tile is written
+at permuted addresses, out = block.reshape(output_shape).transpose(output_perm); the cube's
+output path (FixPipe) writes its NZ tiles out as row-major [HW, C] rows anyway, so the
+layout change costs no vector work and no extra pass over memory.
 
 Numerics: float16 data is widened to float32 once; the conv accumulates in float32 and the
 whole epilogue (bias, residual, activation, pooling, FC) stays float32 on chip; only the
@@ -24,8 +37,12 @@ from typing import Optional, Sequence
 import numpy as np
 
 from codegen.ops.registry import OpDef, OpKind, TensorType, Work, get_op, register
+from ge.errors import AtcError
 
 ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSwish", "SiLU", "Tanh")
+CONV_ATTR_NAMES = ("kernel_shape", "pads", "strides", "dilations", "group", "auto_pad")
+RES_PREFIX = "res_"
+CBR_RES_SLOT, HEAD_RES_SLOT = 4, 6      # where res_x, res_W sit in each kernel's inputs
 
 
 def _acc_dtype(dtype) -> np.dtype:
@@ -64,28 +81,49 @@ def _activate(y: np.ndarray, attrs: dict) -> np.ndarray:
     return y
 
 
-def _conv_block(inputs: Sequence[Optional[np.ndarray]], attrs: dict) -> np.ndarray:
-    """conv + bias + residual + activation, returned in the on-chip (accumulation) dtype."""
+def residual_conv_attrs(attrs: dict) -> dict:
+    """The Conv attrs of the residual convolution (stored with the `res_` prefix)."""
+    return {k: attrs[RES_PREFIX + k] for k in CONV_ATTR_NAMES if RES_PREFIX + k in attrs}
+
+
+def _conv_block(inputs: Sequence[Optional[np.ndarray]], attrs: dict, res_slot: int) -> np.ndarray:
+    """conv (+ residual conv) + bias + residual + activation, in the on-chip (accumulation) dtype."""
     x, w, b, r = inputs[0], inputs[1], _slot(inputs, 2), _slot(inputs, 3)
     acc = _acc_dtype(x.dtype)
-    conv_in = [x.astype(acc, copy=False), w.astype(acc, copy=False)]
+    y = get_op("Conv").compute([x.astype(acc, copy=False), w.astype(acc, copy=False)], attrs)[0]
+    if attrs.get("residual_conv"):
+        res_x, res_w = inputs[res_slot], inputs[res_slot + 1]
+        y += get_op("Conv").compute([res_x.astype(acc, copy=False), res_w.astype(acc, copy=False)],
+                                    residual_conv_attrs(attrs))[0]
     if b is not None:
-        conv_in.append(b.astype(acc, copy=False))
-    y = get_op("Conv").compute(conv_in, attrs)[0]
+        y = y + b.astype(acc, copy=False).reshape((-1,) + (1,) * (y.ndim - 2))
     if r is not None:
         y = y + r.astype(acc, copy=False)
     return _activate(y, attrs)
 
 
-def _conv_block_type(inputs: Sequence[Optional[TensorType]], attrs: dict) -> TensorType:
-    return get_op("Conv").infer(list(inputs[:2]), attrs)[0]
+def _conv_block_type(inputs: Sequence[Optional[TensorType]], attrs: dict, res_slot: int) -> TensorType:
+    out = get_op("Conv").infer(list(inputs[:2]), attrs)[0]
+    if attrs.get("residual_conv"):
+        side = get_op("Conv").infer(list(inputs[res_slot:res_slot + 2]), residual_conv_attrs(attrs))[0]
+        if tuple(side.shape) != tuple(out.shape):
+            raise AtcError("E16005", f"the residual conv output {list(side.shape)} differs from the main conv "
+                           f"output {list(out.shape)}", "Both convolutions of a residual-conv kernel must "
+                           "produce the same shape.")
+    return out
 
 
-def _conv_block_work(inputs: Sequence[Optional[TensorType]], out: TensorType, attrs: dict) -> Work:
-    """Cube MACs of the conv, vector ops of its epilogue, and the intermediates kept on
-    chip: the conv accumulator, the residual sum when an activation follows it, and SiLU's
-    sigmoid -- each a tensor of the block's output size that the unfused graph writes out."""
+def _conv_block_work(inputs: Sequence[Optional[TensorType]], out: TensorType, attrs: dict,
+                     res_slot: int) -> Work:
+    """Cube MACs of the conv (and of the residual conv: its products accumulate into the same
+    tile, so it adds MACs but no vector op), vector ops of the epilogue, and the
+    intermediates kept on chip: the conv accumulator, the residual sum when an activation
+    follows it, and SiLU's sigmoid -- each a tensor of the block's output size that the
+    unfused graph writes out."""
     work = get_op("Conv").work(list(inputs[:2]), [out], attrs)
+    if attrs.get("residual_conv"):
+        side = get_op("Conv").work(list(inputs[res_slot:res_slot + 2]), [out], residual_conv_attrs(attrs))
+        work.cube_macs += side.cube_macs
     stages = 1
     if _slot(inputs, 2) is not None:
         work.add_vector("alu", out.size)
@@ -103,16 +141,33 @@ def _conv_block_work(inputs: Sequence[Optional[TensorType]], out: TensorType, at
 # -- ConvBNReluFusionOp ------------------------------------------------------------------
 
 
+def _permuted(shape: tuple, attrs: dict) -> tuple:
+    """The stored shape: output_shape permuted by output_perm (a view of the block first)."""
+    view = tuple(int(d) for d in attrs["output_shape"])
+    perm = [int(p) for p in attrs["output_perm"]]
+    if int(np.prod(view, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)) or sorted(perm) != list(range(len(view))):
+        raise AtcError("E16005", f"cannot store a conv block of shape {list(shape)} as {list(view)} permuted by {perm}",
+                       "output_shape must hold the block's elements and output_perm be a permutation of its axes.")
+    return tuple(view[p] for p in perm)
+
+
 def conv_bn_relu_compute(inputs, attrs):
-    return [_conv_block(inputs, attrs).astype(inputs[0].dtype, copy=False)]
+    y = _conv_block(inputs, attrs, CBR_RES_SLOT)
+    if "output_perm" in attrs:
+        _permuted(y.shape, attrs)
+        y = y.reshape([int(d) for d in attrs["output_shape"]]).transpose([int(p) for p in attrs["output_perm"]])
+    return [np.ascontiguousarray(y.astype(inputs[0].dtype, copy=False))]
 
 
 def conv_bn_relu_infer(inputs, attrs):
-    return [_conv_block_type(inputs, attrs)]
+    block = _conv_block_type(inputs, attrs, CBR_RES_SLOT)
+    if "output_perm" in attrs:
+        return [TensorType(block.dtype, _permuted(block.shape, attrs))]
+    return [block]
 
 
 def conv_bn_relu_work(inputs, outputs, attrs):
-    return _conv_block_work(inputs, outputs[0], attrs)
+    return _conv_block_work(inputs, outputs[0], attrs, CBR_RES_SLOT)
 
 
 register(OpDef("ConvBNReluFusionOp", OpKind.OUT_EWISE_FUSABLE, conv_bn_relu_compute,
@@ -130,7 +185,7 @@ def _fc_attrs(attrs: dict) -> dict:
 
 
 def conv_pool_fc_compute(inputs, attrs):
-    y = _conv_block(inputs, attrs)                                   # (N, C, *spatial)
+    y = _conv_block(inputs, attrs, HEAD_RES_SLOT)                                   # (N, C, *spatial)
     acc = y.dtype
     pooled = np.mean(y, axis=tuple(range(2, y.ndim)), dtype=acc)    # (N, C), global average
     fc_in = [pooled, inputs[FC_WEIGHT].astype(acc, copy=False)]
@@ -141,7 +196,7 @@ def conv_pool_fc_compute(inputs, attrs):
 
 
 def _pooled_type(inputs, attrs) -> tuple:
-    block = _conv_block_type(inputs, attrs)
+    block = _conv_block_type(inputs, attrs, HEAD_RES_SLOT)
     return block, TensorType(block.dtype, tuple(block.shape[:2]))
 
 
@@ -157,7 +212,7 @@ def conv_pool_fc_work(inputs, outputs, attrs):
     block, pooled = _pooled_type(inputs, attrs)
     block = TensorType(outputs[0].dtype, block.shape)       # sized in the compute dtype
     pooled = TensorType(outputs[0].dtype, pooled.shape)
-    work = _conv_block_work(inputs, block, attrs)
+    work = _conv_block_work(inputs, block, attrs, HEAD_RES_SLOT)
     work.add_vector("alu", block.size).add_vector("div", pooled.size)
     fc_in = [pooled, inputs[FC_WEIGHT]] + ([inputs[FC_BIAS]] if _slot(inputs, FC_BIAS) is not None else [])
     fc = get_op("Gemm").work(fc_in, outputs, _fc_attrs(attrs))
