@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from ge.errors import AtcError, invalid_param
@@ -36,7 +36,6 @@ class AtcOptions:
     precision_mode: str = "force_fp16"
     fusion_switch_file: str = ""
     super_kernel_scope: str = ""
-    extra: dict = field(default_factory=dict)
 
     def validate(self) -> None:
         """Check every option that the chosen mode uses; raise the first AtcError found."""

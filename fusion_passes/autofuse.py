@@ -178,9 +178,7 @@ class AutoFusePass(FusionPass):
                 continue
             node = self.rewrite_group(graph, group.members, stats)
             if node is not None:
-                stats.effect_times += 1
-                stats.fused_nodes.append(node.name)
-                stats.fused_types[node.op_type] = stats.fused_types.get(node.op_type, 0) + 1
+                stats.record_effect(node)
         graph.topological_sort()
         graph.verify()
         return stats

@@ -43,6 +43,12 @@ class PassStats:
     fused_nodes: list = field(default_factory=list)    # names of the nodes it created
     fused_types: dict = field(default_factory=dict)    # fused op type -> count
 
+    def record_effect(self, node) -> None:
+        """Count one rewrite that produced `node`."""
+        self.effect_times += 1
+        self.fused_nodes.append(node.name)
+        self.fused_types[node.op_type] = self.fused_types.get(node.op_type, 0) + 1
+
 
 def all_passes() -> list:
     if not PASSES:
@@ -79,10 +85,7 @@ def run_pass(graph: Graph, fpass: FusionPass, switches: FusionSwitches) -> PassS
             for node in result.nodes:       # later passes (autofuse) leave a switched-off pattern as it was
                 node.provenance.setdefault("held_by", f"{fpass.pass_name} ({why})")
             continue
-        node = fpass.rewrite(graph, result)
-        stats.effect_times += 1
-        stats.fused_nodes.append(node.name)
-        stats.fused_types[node.op_type] = stats.fused_types.get(node.op_type, 0) + 1
+        stats.record_effect(fpass.rewrite(graph, result))
     graph.topological_sort()
     graph.verify()
     return stats
