@@ -64,7 +64,7 @@ class ScoreChain:
     qk: Node
     nodes: list = field(default_factory=list)     # between Q.K^T and Softmax
     scale: float = 1.0
-    mask_kind: str = "none"
+    mask_kind: str = "none"                       # an all-zero constant Add counts as none
     mask: Optional[Value] = None                  # Add operand, or Where condition
     mask_value: float = 0.0                       # Where's fill value
     mask_inverted: bool = False                   # Where(cond, fill, scores)
@@ -89,6 +89,8 @@ def walk_scores(start: Value) -> ScoreChain:
             chain.scale *= factor
             scale_seen = True
             value = scores
+        elif node.op_type == "Add" and _zero_add(node) is not None:
+            value = _zero_add(node)         # x + 0 (ViT dynamo's folded "no mask"): nothing to apply
         elif node.op_type in ("Add", "Where"):
             if chain.mask_kind != "none":
                 raise Reject(reasons.UNSUPPORTED_VARIANT,
@@ -129,6 +131,15 @@ def _broadcasts_to(shape, target) -> bool:
         return tuple(np.broadcast_shapes(tuple(shape), tuple(target))) == tuple(target)
     except ValueError:
         return False
+
+
+def _zero_add(node: Node) -> Optional[Value]:
+    """The computed operand of `Add(x, all-zero constant)` that keeps x's shape, else None."""
+    pair = operands(node, _variable)
+    if pair is None or not pair[1].is_const or np.any(pair[1].const):
+        return None
+    same = tuple(pair[0].desc.shape) == tuple(node.outputs[0].desc.shape)
+    return pair[0] if same and pair[0].desc.dtype == node.outputs[0].desc.dtype else None
 
 
 def _mask(node: Node, chain: ScoreChain) -> Value:
@@ -227,13 +238,36 @@ def walk_heads(value: Value, role: str, want_perm: tuple) -> HeadPath:
 class Projection:
     nodes: list
     x: Value
-    weight: Value             # [hidden, n] constant
+    weight: Value             # constant [hidden, n] ([n, hidden] when trans_b)
     bias: Optional[Value]     # [n] constant (any shape of n elements on the last axis) or None
     start: int                # the columns of weight/bias this branch uses
     stop: int
+    trans_b: bool = False     # Gemm transB=1
+    alpha: float = 1.0        # Gemm alpha (scales x @ W) and beta (scales the bias)
+    beta: float = 1.0
+
+    @property
+    def plain(self) -> bool:
+        """The graph's weight/bias constants are the kernel's as they are (no transB/alpha/beta)."""
+        return not self.trans_b and self.alpha == 1.0 and self.beta == 1.0
+
+    def matrix(self) -> np.ndarray:
+        """The effective [hidden, n] weight, Gemm's transB and alpha folded in."""
+        w = self.weight.const.T if self.trans_b else self.weight.const
+        return w if self.alpha == 1.0 else (w.astype(np.float64) * self.alpha).astype(w.dtype)
+
+    def bias_vector(self) -> Optional[np.ndarray]:
+        """The effective [n] bias, Gemm's beta folded in."""
+        if self.bias is None:
+            return None
+        b = self.bias.const.reshape(-1)
+        return b if self.beta == 1.0 else (b.astype(np.float64) * self.beta).astype(b.dtype)
 
 
 def walk_projection(value: Value, role: str) -> Projection:
+    """Up from the head Reshape's input to the projection: MatMul(x, W) (+ bias Add), or the
+    Conv1D form Reshape[B*S,hidden] -> Gemm(W, C) -> Reshape[B,S,n] (a MatMul on flattened
+    rows: the two Reshapes are views), optionally then Split/Slice of a packed QKV."""
     nodes: list = []
     node = producer(value)
     start = stop = None
@@ -242,6 +276,8 @@ def walk_projection(value: Value, role: str) -> Projection:
         nodes.append(node)
         value = node.inputs[0]
         node = producer(value)
+    if node is not None and node.op_type == "Reshape":
+        return _gemm_bracket(node, nodes, role, start, stop)
     bias = None
     if node is not None and node.op_type == "Add":
         pair = operands(node, lambda v: producer(v, "MatMul") is not None)
@@ -257,7 +293,8 @@ def walk_projection(value: Value, role: str) -> Projection:
     if node is None or node.op_type != "MatMul":
         found = f"{node.op_type} {node.name}" if node is not None else f"input {value.name}"
         raise Reject(reasons.UNSUPPORTED_VARIANT,
-                     f"{role} projection: expected MatMul(+bias Add) before the head Reshape, found {found}",
+                     f"{role} projection: expected MatMul(+bias Add), or Reshape -> Gemm -> Reshape, "
+                     f"before the head Reshape, found {found}",
                      nodes + ([node] if node is not None else []))
     nodes.append(node)
     x, weight = node.inputs
@@ -268,12 +305,63 @@ def walk_projection(value: Value, role: str) -> Projection:
     if weight.const.ndim != 2 or len(x.desc.shape) != 3:
         raise Reject(reasons.SHAPE_MISMATCH, f"{role} projection: MatMul {node.name} is not "
                      "[B,S,hidden] x [hidden, n]", nodes, [x, weight])
-    if bias is not None and (bias.const.size != n or bias.const.shape[-1] != n):
-        raise Reject(reasons.SHAPE_MISMATCH, f"{role} projection: bias {bias.name} "
-                     f"{list(bias.desc.shape)} is not one value per output column ({n})", nodes, [bias])
+    _check_bias(bias, n, role, nodes)
     if start is None:
         start, stop = 0, n
     return Projection(nodes, x, weight, bias, start, stop)
+
+
+def _check_bias(bias: Optional[Value], n: int, role: str, nodes: list) -> None:
+    if bias is not None and (bias.const.size != n or bias.const.shape[-1] != n):
+        raise Reject(reasons.SHAPE_MISMATCH, f"{role} projection: bias {bias.name} "
+                     f"{list(bias.desc.shape)} is not one value per output column ({n})", nodes, [bias])
+
+
+def _gemm_bracket(unflatten: Node, nodes: list, role: str, start, stop) -> Projection:
+    """GPT-2's Conv1D linear: Reshape [B,S,hidden]->[B*S,hidden] -> Gemm -> Reshape ->[B,S,n]."""
+    nodes.append(unflatten)
+    flat = unflatten.inputs[0]
+    gemm = producer(flat)
+    if gemm is None or gemm.op_type != "Gemm":
+        found = f"{gemm.op_type} {gemm.name}" if gemm is not None else f"input {flat.name}"
+        raise Reject(reasons.UNSUPPORTED_VARIANT,
+                     f"{role} projection: Reshape {unflatten.name} must unflatten the rows of a Gemm "
+                     f"(Reshape -> Gemm -> Reshape), found {found}", nodes + ([gemm] if gemm else []), [flat])
+    nodes.append(gemm)
+    rows, out = flat.desc.shape, unflatten.outputs[0].desc.shape
+    if len(rows) != 2 or len(out) != 3 or out[-1] != rows[-1] or out[0] * out[1] != rows[0]:
+        raise Reject(reasons.SHAPE_MISMATCH,
+                     f"{role} projection: Reshape {unflatten.name} {list(rows)} -> {list(out)} is not "
+                     "[B*S,n] -> [B,S,n]", nodes, [flat, unflatten.outputs[0]])
+    if int(gemm.attrs.get("transA", 0)):
+        raise Reject(reasons.UNSUPPORTED_ATTRIBUTE, f"{role} projection: Gemm {gemm.name} has transA=1 "
+                     "(the kernel reads x row-major)", nodes, [gemm.inputs[0]])
+    a, weight = gemm.inputs[0], gemm.inputs[1]
+    bias = gemm.inputs[2] if len(gemm.inputs) > 2 else None
+    for what, v in (("weight", weight), ("bias C", bias)):
+        if v is not None and not v.is_const:
+            raise Reject(reasons.NON_CONSTANT, f"{role} projection: {what} {v.name} of Gemm {gemm.name} "
+                         "is not a constant", nodes, [v])
+    flatten = producer(a, "Reshape")
+    x = flatten.inputs[0] if flatten is not None else a
+    if flatten is None or tuple(x.desc.shape) != (out[0], out[1], a.desc.shape[-1]):
+        found = f"{list(x.desc.shape)} from {a.producer.op_type if a.producer else 'input'} {a.name}"
+        raise Reject(reasons.UNSUPPORTED_VARIANT,
+                     f"{role} projection: Gemm {gemm.name} input A must be a Reshape of [B,S,hidden] "
+                     f"= [{out[0]},{out[1]},{a.desc.shape[-1]}] to [B*S,hidden], found {found}",
+                     nodes + ([flatten] if flatten else []), [a, x])
+    if len(a.uses) == 1 and not a.is_graph_output:
+        nodes.append(flatten)          # else the view stays for its other readers
+    trans_b = bool(int(gemm.attrs.get("transB", 0)))
+    n = weight.desc.shape[0] if trans_b else weight.desc.shape[-1]
+    if weight.const.ndim != 2 or n != rows[-1]:
+        raise Reject(reasons.SHAPE_MISMATCH, f"{role} projection: Gemm {gemm.name} weight "
+                     f"{list(weight.desc.shape)} (transB={int(trans_b)}) is not [hidden, n]", nodes, [weight])
+    _check_bias(bias, n, role, nodes)
+    if start is None:
+        start, stop = 0, n
+    return Projection(nodes, x, weight, bias, start, stop, trans_b,
+                      float(gemm.attrs.get("alpha", 1.0)), float(gemm.attrs.get("beta", 1.0)))
 
 
 def _packed_columns(node: Node, value: Value, role: str) -> tuple:

@@ -21,7 +21,7 @@ from fusion_passes import reasons
 from fusion_passes.attention_patterns import (K_PERM, Q_PERM, Reject, find_qk, walk_heads,
                                               walk_projection, walk_scores)
 from fusion_passes.base import FusionPass, Match, creates_cycle, escaping_values, fuse
-from ge.ir import Graph, Node
+from ge.ir import Graph, Node, TensorDesc
 
 
 class MultiHeadAttentionFusionPass(FusionPass):
@@ -71,10 +71,11 @@ class MultiHeadAttentionFusionPass(FusionPass):
                          f"({', '.join(p.x.name for p in projections)}); the kernel fuses self-attention only",
                          [p.nodes[-1] for p in projections], [p.x for p in projections])
         x = projections[0].x
-        if tuple(x.desc.shape[:2]) != tuple(out.desc.shape[:2]) or out.desc.shape[2] != heads * head_dim:
+        batch, seq = (tuple(x.desc.shape[:2]) + (0, 0))[:2]
+        if tuple(out.desc.shape) not in ((batch, seq, heads * head_dim), (batch * seq, heads * head_dim)):
             raise Reject(reasons.SHAPE_MISMATCH,
-                         f"merged output {list(out.desc.shape)} is not [B,S,H*D] of input {list(x.desc.shape)} "
-                         f"with H={heads}, D={head_dim}", merge, [x, out])
+                         f"merged output {list(out.desc.shape)} is neither [B,S,H*D] nor [B*S,H*D] of input "
+                         f"{list(x.desc.shape)} with H={heads}, D={head_dim}", merge, [x, out])
         if np.dtype(x.desc.dtype).kind != "f":
             raise Reject(reasons.DTYPE_MISMATCH, f"hidden states {x.name} are {np.dtype(x.desc.dtype)}, "
                          "not a float type", [], [x])
@@ -97,7 +98,8 @@ class MultiHeadAttentionFusionPass(FusionPass):
 
     @staticmethod
     def _merge_heads(pv: Node):
-        """The Transpose [0,2,1,3] + Reshape [B,S,H*D] after P.V; returns (nodes, output)."""
+        """The Transpose [0,2,1,3] + Reshape [B,S,H*D] (or [B*S,H*D] straight into a Gemm, GPT-2
+        dynamo) after P.V; returns (nodes, output)."""
         ctx = pv.outputs[0]
         transpose = next((u for u, _ in ctx.uses if u.op_type == "Transpose"), None)
         if transpose is None or tuple(transpose.attrs.get("perm", ())) != Q_PERM:
@@ -105,9 +107,10 @@ class MultiHeadAttentionFusionPass(FusionPass):
                          f"merge heads: the P.V MatMul {pv.name} output must go through Transpose "
                          f"perm {list(Q_PERM)}", [pv] + ([transpose] if transpose else []), [ctx])
         reshape = next((u for u, _ in transpose.outputs[0].uses if u.op_type == "Reshape"), None)
-        if reshape is None or len(reshape.outputs[0].desc.shape) != 3:
+        if reshape is None or len(reshape.outputs[0].desc.shape) not in (2, 3):
             raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         f"merge heads: Transpose {transpose.name} must feed a Reshape to [B,S,H*D]",
+                         f"merge heads: Transpose {transpose.name} must feed a Reshape to [B,S,H*D] "
+                         "(or [B*S,H*D])",
                          [transpose] + ([reshape] if reshape else []), [transpose.outputs[0]])
         return [transpose, reshape], reshape.outputs[0]
 
@@ -126,23 +129,41 @@ class MultiHeadAttentionFusionPass(FusionPass):
             if scores.mask_inverted:   # Where(cond, fill, scores): keep where cond is False
                 mask = graph.constant(f"{mask.name}/inverted", np.logical_not(mask.const))
             inputs.append(mask)
-        return fuse(graph, match.nodes, OP_TYPE, inputs, [data["out"]], attrs, self.pass_name)
+        out = data["out"]
+        fused = fuse(graph, match.nodes, OP_TYPE, inputs, [out], attrs, self.pass_name)
+        if len(out.desc.shape) == 2:
+            _rows_view(graph, fused, data["x"].desc.shape[:2])
+        return fused
+
+
+def _rows_view(graph: Graph, fused: Node, batch_seq) -> Node:
+    """The kernel writes [B,S,H*D]; a graph that merged heads straight to [B*S,H*D] reads it
+    through a Reshape (a view: no kernel, no copy), which keeps the output value and its name."""
+    out = fused.outputs[0]
+    merged = graph.new_value(f"{fused.name}:merged", TensorDesc(out.desc.dtype, tuple(batch_seq) + out.desc.shape[-1:]))
+    out.producer = None
+    fused.outputs[0] = merged
+    merged.producer, merged.index = fused, 0
+    view = Node("Reshape", [merged], [out], {"shape": list(out.desc.shape), "allowzero": 0},
+                name=graph.unique_name(f"{fused.name}/rows"), provenance={"pass": fused.provenance["pass"],
+                                                                           "origin": []})
+    return graph.add_node(view)
 
 
 def _packed_qkv(graph: Graph, projections, base: str):
     """One [hidden, 3*H*D] weight and [3*H*D] bias; the graph's own constants when the
-    projections already are one packed GEMM in Q|K|V order."""
+    projections already are one packed GEMM in Q|K|V order (without transB/alpha/beta)."""
     q, k, v = projections
     width = q.stop - q.start
-    same = q.weight is k.weight is v.weight and q.bias is k.bias is v.bias
+    same = q.weight is k.weight is v.weight and q.bias is k.bias is v.bias and q.plain
     if same and [(p.start, p.stop) for p in projections] == [(0, width), (width, 2 * width), (2 * width, 3 * width)] \
             and q.weight.desc.shape[-1] == 3 * width and (q.bias is None or q.bias.const.ndim == 1):
         weight = q.weight
         bias = q.bias if q.bias is not None else graph.constant(f"{base}/bqkv", np.zeros(3 * width, q.weight.const.dtype))
         return weight, bias
     dtype = q.weight.const.dtype
-    w = np.concatenate([p.weight.const[:, p.start:p.stop] for p in projections], axis=1).astype(dtype)
-    b = np.concatenate([p.bias.const.reshape(-1)[p.start:p.stop] if p.bias is not None
+    w = np.concatenate([p.matrix()[:, p.start:p.stop] for p in projections], axis=1).astype(dtype)
+    b = np.concatenate([p.bias_vector()[p.start:p.stop] if p.bias is not None
                         else np.zeros(p.stop - p.start, dtype) for p in projections]).astype(dtype)
     return graph.constant(f"{base}/Wqkv", w), graph.constant(f"{base}/bqkv", b)
 
