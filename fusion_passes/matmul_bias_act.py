@@ -147,6 +147,30 @@ def _bias_vector(value: Value, n: int, rank: int) -> Optional[np.ndarray]:
     return None
 
 
+def _rows(value: Value) -> Optional[int]:
+    """prod(shape[:-1]) of a static shape of rank >= 2, else None."""
+    shape = value.desc.shape
+    return int(np.prod(shape[:-1], dtype=np.int64)) if shape is not None and len(shape) >= 2 else None
+
+
+def rows_bracket(mm: Node):
+    """(flatten, unflatten) when a 2-D GEMM sits between two row views, GPT-2's Conv1D
+    `Reshape [...,K]->[R,K] -> Gemm -> Reshape [R,N]->[...,N]` with the same leading dims on
+    both sides: that is one MatMul of the N-D tensor, so both Reshapes go into the kernel
+    (they are views).  None otherwise."""
+    a, y = mm.inputs[0], mm.outputs[0]
+    flatten = producer(a, "Reshape")
+    unflatten = _sole(y, "Reshape")
+    if flatten is None or unflatten is None or len(a.desc.shape or ()) != 2 or len(y.desc.shape or ()) != 2:
+        return None
+    x, z = flatten.inputs[0], unflatten.outputs[0]
+    if len(x.desc.shape) < 2 or x.desc.shape[-1] != a.desc.shape[-1] or z.desc.shape[-1] != y.desc.shape[-1]:
+        return None
+    if tuple(x.desc.shape[:-1]) != tuple(z.desc.shape[:-1]) or _rows(x) != a.desc.shape[0]:
+        return None
+    return flatten, unflatten
+
+
 class MatMulBiasActFusionPass(FusionPass):
     pattern_name = "MatMulBiasAct"
     pass_name = "MatMulBiasActFusionPass"
@@ -158,6 +182,11 @@ class MatMulBiasActFusionPass(FusionPass):
         if not np.issubdtype(np.dtype(out.desc.dtype), np.floating):
             return None
         nodes = [mm]
+        bracket = rows_bracket(mm)
+        if bracket is not None:
+            flatten, unflatten = bracket
+            x, out = flatten.inputs[0], unflatten.outputs[0]
+            nodes = ([flatten] if len(flatten.outputs[0].uses) == 1 else []) + [mm, unflatten]
         gemm_c = mm.inputs[2] if mm.op_type == "Gemm" and len(mm.inputs) > 2 else None
         bias_value = gemm_c
         if gemm_c is None:
@@ -217,12 +246,12 @@ class MatMulBiasActFusionPass(FusionPass):
             return self.miss(reasons.WILL_CREATE_CYCLE, mm, nodes,
                              "fusing would create a cycle through the residual input", [residual])
         return Match(nodes, FUSED_OP_BY_ACTIVATION[activation],
-                     {"x": x, "w": w, "bias_value": bias_value, "bias": bias, "activation": activation,
+                     {"mm": mm, "x": x, "w": w, "bias_value": bias_value, "bias": bias, "activation": activation,
                       "residual": residual, "out": out})
 
     def rewrite(self, graph: Graph, match: Match) -> Node:
         d = match.data
-        mm = match.nodes[0]
+        mm = d["mm"]
         w, bias_value, bias = d["w"], d["bias_value"], d["bias"]
         if mm.op_type == "Gemm":
             alpha, beta = float(mm.attrs.get("alpha", 1.0)), float(mm.attrs.get("beta", 1.0))
