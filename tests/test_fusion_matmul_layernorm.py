@@ -300,6 +300,58 @@ def test_gemm_without_c_takes_the_following_add_as_bias_and_ignores_beta():
     check_numbers(model, graph)
 
 
+def conv1d(net, x, k, n, out_lead, **gemm_attrs):
+    """GPT-2's Conv1D linear: Reshape [..,K]->[R,K] -> Gemm(W, C) -> Reshape [R,N]->[out_lead..,N]."""
+    flat = net.op("Reshape", x, net.const_i64([-1, k]))
+    w = net.rand(n, k) if gemm_attrs.get("transB") else net.rand(k, n)
+    y = net.op("Gemm", flat, w, net.rand(n), **gemm_attrs)
+    return flat, net.op("Reshape", y, net.const_i64(list(out_lead) + [n]))
+
+
+@pytest.mark.parametrize("act,fused,residual,gemm_attrs", [
+    ("", "MatMulBiasFusionOp", False, {}),                 # bare: the two views go into the kernel
+    ("tanh_pow", "MatMulBiasFastGeluFusionOp", False, {}),  # GPT-2 c_fc
+    ("", "MatMulBiasFusionOp", True, {}),                  # GPT-2 c_proj + residual
+    ("Relu", "MatMulBiasReluFusionOp", True, dict(transB=1, alpha=0.5, beta=2.0)),
+])
+def test_gemm_between_row_reshapes_takes_the_nd_input(act, fused, residual, gemm_attrs):
+    net = Net(17)
+    x = net.input("x", [2, 3, 8])
+    _, y = conv1d(net, x, 8, 4, [2, 3], **gemm_attrs)
+    y = activation(net, y, act)
+    if residual:
+        y = net.op("Add", net.input("r", [2, 3, 4]), y)
+    model = net.model(y)
+    graph, stats = fuse(model, passes=MBA)
+    assert op_types(graph) == [fused]
+    assert stats_of(stats, "MatMulBiasActFusionPass") == (1, 1)
+    node = graph.nodes[0]
+    assert node.inputs[0].name == "x" and node.outputs[0].name == y and node.outputs[0].desc.shape == (2, 3, 4)
+    assert len(node.inputs) == 3 + residual
+    check_numbers(model, graph)
+
+
+def test_row_bracket_with_a_shared_flatten_keeps_the_view_for_its_other_reader():
+    net = Net(17)
+    flat, y = conv1d(net, net.input("x", [2, 3, 8]), 8, 4, [2, 3])
+    model = net.model(net.op("Tanh", y), net.op("Relu", flat))
+    graph, _ = fuse(model, passes=MBA)
+    assert sorted(op_types(graph)) == ["MatMulBiasTanhFusionOp", "Relu", "Reshape"]
+    fused = next(n for n in graph.nodes if n.op_type == "MatMulBiasTanhFusionOp")
+    assert fused.inputs[0].name == "x"
+    check_numbers(model, graph)
+
+
+def test_gemm_whose_reshapes_reorder_rows_is_not_a_bracket():
+    """[2,3,8] -> [6,8] -> Gemm -> [3,2,4] is not a MatMul of x: the Reshapes stay."""
+    net = Net(17)
+    _, y = conv1d(net, net.input("x", [2, 3, 8]), 8, 4, [3, 2])
+    model = net.model(y)
+    graph, stats = fuse(model, passes=MBA)
+    assert op_types(graph) == ["Reshape", "Gemm", "Reshape"]
+    assert stats_of(stats, "MatMulBiasActFusionPass") == (0, 0)
+
+
 def test_matmul_without_bias_and_gemm_alone_are_not_candidates():
     net = Net(17)
     a = net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 4))

@@ -22,7 +22,8 @@ PASS = "MultiHeadAttentionFusionPass"
 
 def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axis=-1,
           probs_output=False, weight_input=False, kv_heads=H, cross=False, reshape_zero=False,
-          mask_before_scale=False, seed=0):
+          mask_before_scale=False, linear="matmul", gemm_attrs=None, merge_rows=False, unflatten_swap=False,
+          seed=0):
     """One self-attention block as exporters write it; keywords pick the variant."""
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
@@ -41,11 +42,20 @@ def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axi
 
     def proj(src, width, tag):
         w = (rng.standard_normal((HID, width)) / math.sqrt(HID)).astype(np.float32)
-        if weight_input and tag == "q":
-            inputs.append(helper.make_tensor_value_info("Wq", TensorProto.FLOAT, [HID, width]))
+        attrs = dict(gemm_attrs or {})
+        if linear == "gemm" and attrs.get("transB"):
+            w = np.ascontiguousarray(w.T)
+        if weight_input and tag in ("q", "qkv"):
+            inputs.append(helper.make_tensor_value_info("Wq", TensorProto.FLOAT, list(w.shape)))
             w_name = "Wq"
         else:
             w_name = const(w)
+        if linear == "gemm":    # GPT-2 Conv1D: Reshape[-1,H] -> Gemm(W, C) -> Reshape[B,S,N]
+            flat = node("Reshape", [src, const([-1, HID], np.int64)])
+            if attrs.get("transA"):
+                flat = node("Transpose", [flat], perm=[1, 0])
+            y = node("Gemm", [flat, w_name] + ([const(rng.normal(0, 0.1, width))] if bias else []), **attrs)
+            return node("Reshape", [y, const([S, B, width] if unflatten_swap else [B, S, width], np.int64)])
         y = node("MatMul", [src, w_name])
         return node("Add", [const(rng.normal(0, 0.1, width)), y]) if bias else y
 
@@ -64,7 +74,7 @@ def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axi
         q, k, v = proj("x", HID, "q"), proj(kv_src, kv_heads * D, "k"), proj(kv_src, kv_heads * D, "v")
 
     def heads(t, h, perm):
-        shape = [0, 0, h, -1] if reshape_zero else [B, S, h, D]
+        shape = [0, 0, h, -1] if reshape_zero else ([S, B, h, D] if unflatten_swap else [B, S, h, D])
         return node("Transpose", [node("Reshape", [t, const(shape, np.int64)])], perm=perm)
 
     qh = heads(q, H, [0, 2, 1, 3])
@@ -93,6 +103,8 @@ def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axi
         s = node("Add", ["mask", s])
     elif mask == "add_const":
         s = node("Add", [s, const(np.where(tril, 0.0, -1e4))])
+    elif mask == "add_zero":     # ViT dynamo: a folded "no mask"
+        s = node("Add", [s, const(np.zeros((B, 1, S, S)))])
     elif mask == "where":
         s = node("Where", [const(tril, np.bool_), s, const(np.finfo(np.float32).min)])
     elif mask == "where_inverted":
@@ -105,8 +117,9 @@ def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axi
     p = node("Softmax", [s], axis=axis)
     o = node("MatMul", [p, vh])
     o = node("Transpose", [o], perm=[0, 2, 1, 3])
-    y = node("Reshape", [o, const([0, 0, -1] if reshape_zero else [B, S, HID], np.int64)])
-    outputs = [helper.make_tensor_value_info(y, TensorProto.FLOAT, [B, S, HID])]
+    merged = [B * S, HID] if merge_rows else [B, S, HID]     # rows: GPT-2 dynamo, into the c_proj Gemm
+    y = node("Reshape", [o, const([0, 0, -1] if reshape_zero else merged, np.int64)])
+    outputs = [helper.make_tensor_value_info(y, TensorProto.FLOAT, merged)]
     if probs_output:
         outputs.append(helper.make_tensor_value_info(p, TensorProto.FLOAT, [B, H, S, S]))
     graph = helper.make_graph(nodes, "mha", inputs, outputs, inits)
@@ -134,9 +147,13 @@ VARIANTS = {
     "packed_slice_where_inverted_no_bias": dict(packed="slice", mask="where_inverted", bias=False),
     "padding_mask_input_reshape_0_-1": dict(mask="add_input", reshape_zero=True),
     "const_causal_bias": dict(mask="add_const", k_form="two"),
+    "zero_const_mask_is_no_mask": dict(mask="add_zero"),
+    "conv1d_packed_split_where_causal": dict(linear="gemm", packed="split", mask="where"),
+    "conv1d_separate_transb_alpha_beta": dict(linear="gemm", gemm_attrs=dict(transB=1, alpha=0.5, beta=2.0)),
+    "conv1d_packed_no_bias_padding_mask": dict(linear="gemm", packed="split", bias=False, mask="add_input"),
 }
 EXPECTED_MASK = {"where": "where_causal", "where_inverted": "where_causal", "add_input": "add",
-                 "add_const": "add", "none": "none"}
+                 "add_const": "add", "add_zero": "none", "none": "none"}
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -162,6 +179,32 @@ def test_packed_weights_are_reused_not_copied():
     graph, _ = run_pass(model)
     weight = fused_nodes(graph)[0].inputs[1]
     assert weight.name == model.graph.initializer[0].name   # the c_attn-style packed weight itself
+
+
+def test_conv1d_packed_weights_are_reused_unless_gemm_attrs_fold():
+    graph, _ = run_pass(build(linear="gemm", packed="split"))
+    assert fused_nodes(graph)[0].inputs[1].name == "c0"        # GPT-2's c_attn weight itself
+    graph, _ = run_pass(build(linear="gemm", packed="split", gemm_attrs=dict(alpha=2.0)))
+    assert fused_nodes(graph)[0].inputs[1].name != "c0"        # alpha folded into a new constant
+
+
+def test_zero_mask_is_not_a_kernel_input():
+    graph, _ = run_pass(build(mask="add_zero"))
+    assert len(fused_nodes(graph)[0].inputs) == 3
+
+
+@pytest.mark.parametrize("linear", ["matmul", "gemm"])
+def test_heads_merged_to_rows_are_read_through_a_view(linear):
+    """GPT-2 dynamo merges heads straight to [B*S,H*D] for the c_proj Gemm: the kernel writes
+    [B,S,H*D] and a Reshape (a view, no kernel) keeps the graph's value and name."""
+    model = build(linear=linear, packed="split", mask="where", merge_rows=True)
+    graph, stats = run_pass(model)
+    assert op_types(graph) == [OP_TYPE, "Reshape"] and (stats.effect_times, stats.misses) == (1, [])
+    mha, view = graph.nodes
+    assert mha.outputs[0].desc.shape == (B, S, HID) and view.inputs[0] is mha.outputs[0]
+    assert view.outputs[0].name == model.graph.output[0].name and view.outputs[0].desc.shape == (B * S, HID)
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
 
 
 def test_fused_kernel_differs_when_a_bias_is_dropped():
@@ -216,6 +259,10 @@ MISSES = {
     "where_condition_not_constant": (dict(mask="where_input"), "NF2006", "condition cond of Where"),
     "cross_attention": (dict(cross=True), "NF2006", "cross attention"),
     "mask_before_scale": (dict(mask="add_const", mask_before_scale=True), "NF2006", "before the scale"),
+    "conv1d_trans_a": (dict(linear="gemm", packed="split", gemm_attrs=dict(transA=1)), "NF2003", "transA=1"),
+    "conv1d_weight_not_constant": (dict(linear="gemm", weight_input=True), "NF2002", "weight Wq of Gemm"),
+    "conv1d_rows_reordered": (dict(linear="gemm", unflatten_swap=True), "NF2006",
+                              "input A must be a Reshape of [B,S,hidden] = [5,2,8]"),
 }
 
 
