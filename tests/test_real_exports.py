@@ -97,6 +97,84 @@ def test_padding_mask_reaches_the_output(exports, name, exporter):
     np.testing.assert_allclose(unpadded, run_ort(model, ones)["output"], rtol=1e-4, atol=1e-4)
 
 
+# ---------------------------------------------------------------- attention and linears fuse
+
+TRANSFORMERS = [(m, e) for m in ("bert", "vit", "gpt2") for e in exporters.EXPORTERS]
+TRANSFORMER_IDS = [f"{m}-{e}" for m, e in TRANSFORMERS]
+SMALL_LAYERS = 2            # exporters.build(size="small")
+MHA = "MultiHeadAttentionFusionOp"
+MHA_PASS = "MultiHeadAttentionFusionPass"
+_FUSED: dict = {}
+
+
+def _fused(exports, name, exporter, passes=None):
+    """(graph, {pass: stats}) of the fusion pipeline (or only `passes`) on an export, once per session."""
+    key = (name, exporter, tuple(type(p).__name__ for p in passes or ()))
+    if key not in _FUSED:
+        _FUSED[key] = fuse(exports.model(name, exporter), passes=passes)
+    return _FUSED[key]
+
+
+@pytest.mark.parametrize("name,exporter", TRANSFORMERS, ids=TRANSFORMER_IDS)
+def test_every_attention_block_is_one_mha_kernel(exports, name, exporter):
+    graph, stats = _fused(exports, name, exporter)
+    counts = graph.op_type_counts()
+    assert counts.get(MHA) == SMALL_LAYERS, counts
+    mha = stats[MHA_PASS]
+    assert (mha.match_times, mha.effect_times, mha.misses) == (SMALL_LAYERS, SMALL_LAYERS, []), \
+        [m.constraint for m in mha.misses]
+
+
+@pytest.mark.parametrize("name,exporter", TRANSFORMERS, ids=TRANSFORMER_IDS)
+def test_no_softmax_or_attention_matmul_is_left(exports, name, exporter):
+    graph, _ = _fused(exports, name, exporter)
+    counts = graph.op_type_counts()
+    assert "Softmax" not in counts and "MatMul" not in counts and "Transpose" not in counts, counts
+
+
+@pytest.mark.parametrize("name,exporter", TRANSFORMERS, ids=TRANSFORMER_IDS)
+def test_mha_masks_are_the_computed_padding_mask_or_none(exports, name, exporter):
+    """BERT/GPT-2: the transformers-5 `Where(mask, 0, -3.4e38)` tensor (padding, plus causal for
+    GPT-2) is the kernel's additive mask input; ViT: no mask (dynamo's all-zero Add is dropped)."""
+    graph, _ = _fused(exports, name, exporter)
+    for node in (n for n in graph.nodes if n.op_type == MHA):
+        if name == "vit":
+            assert node.attrs["mask_kind"] == "none" and len(node.inputs) == 3
+        else:
+            assert node.attrs["mask_kind"] == "add"
+            assert node.inputs[3].producer is not None and node.inputs[3].producer.op_type == "Where"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("name,exporter", TRANSFORMERS, ids=TRANSFORMER_IDS)
+def test_mha_kernels_alone_match_onnxruntime(exports, name, exporter, precision):
+    """Only the MHA pass: every other op stays as exported, so a wrong attention kernel shows."""
+    from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
+    graph, _ = _fused(exports, name, exporter, [MultiHeadAttentionFusionPass()])
+    assert graph.op_type_counts().get(MHA) == SMALL_LAYERS
+    with np.errstate(over="ignore"):
+        assert_matches_ort(exports.model(name, exporter), graph, exporters.example_feeds(name), precision=precision)
+
+
+@pytest.mark.parametrize("exporter", exporters.EXPORTERS)
+def test_gpt2_conv1d_linears_are_fused_gemms(exports, exporter):
+    """GPT-2's `Reshape -> Gemm(W, C) -> Reshape` linears: c_attn goes into MHA, c_fc (+tanh GELU)
+    and both c_proj (+residual) into fused GEMMs that read and write the [B,S,*] tensors, so no
+    Gemm, Tanh or residual Add is left and no Reshape touches a fused GEMM."""
+    graph, stats = _fused(exports, "gpt2", exporter)
+    counts = graph.op_type_counts()
+    assert "Gemm" not in counts and "Tanh" not in counts and "Pow" not in counts, counts
+    gemms = [n for n in graph.nodes if "MatMulBias" in n.op_type or n.op_type == "LayerNormMatMulFusionOp"]
+    assert len(gemms) == 3 * SMALL_LAYERS
+    assert sorted(n.attrs["activation"] for n in gemms) == [""] * 4 + ["FastGelu"] * 2
+    assert sum(len(n.inputs) == 4 for n in gemms if n.op_type == "MatMulBiasFusionOp") == 2 * SMALL_LAYERS  # residual
+    for node in gemms:
+        assert len(node.outputs[0].desc.shape) == 3
+        assert all(len(v.desc.shape) == 3 for v in node.inputs[:1])
+        assert not any(u.op_type == "Reshape" for v in node.outputs for u in v.consumers)
+    assert stats["MatMulBiasActFusionPass"].misses == []
+
+
 def test_exporter_forms(exports):
     """The forms REAL_EXPORTS.md describes; a torch/transformers change that alters them fails here."""
     hist = {key: exporters.op_histogram(exports.model(*key)) for key in CASES}
@@ -163,3 +241,41 @@ def test_cast_like_matches_onnxruntime(src, like):
     graph = lower(model)
     assert graph.outputs[0].desc.dtype == np.dtype(helper.tensor_dtype_to_np_dtype(like))
     assert_matches_ort(model, graph, feeds)
+
+
+# ---------------------------------------------------------------- every Conv in a fused kernel
+
+CONV_KERNELS = ("ConvBNReluFusionOp", "ConvPoolFCFusionOp")
+# Small exports (tests/REAL_EXPORTS.md): ResNet-50 with one Bottleneck per stage (17 Conv, a
+# downsample in every stage), ViT with 2 layers.  Kernels = nodes that launch a task.
+KERNELS = {"resnet50": {"ConvBNReluFusionOp": 12, "ConvPoolFCFusionOp": 1, "MaxPool": 1},
+           "vit": 14}
+
+
+@pytest.mark.parametrize("exporter", exporters.EXPORTERS)
+@pytest.mark.parametrize("name", ["resnet50", "vit"])
+def test_every_conv_in_a_fused_kernel(exports, name, exporter):
+    """No bare Conv after the pipeline, on both exporters' graphs: ResNet's downsample convs
+    (Conv+BN in TorchScript, a lone Conv with the BN folded in dynamo) are residual convs of
+    their stage's conv3 kernel; ViT's patch conv stores its output as [B, HW, C]."""
+    from codegen.ops.registry import get_op
+    model = exports.model(name, exporter)
+    graph, stats = fuse(model)
+    types = [n.op_type for n in graph.nodes]
+    assert "Conv" not in types and "BatchNormalization" not in types
+    convs = {n.name for n in model.graph.node if n.op_type == "Conv"}
+    covered = {o for n in graph.nodes if n.op_type in CONV_KERNELS for o in n.origin}
+    assert convs and convs <= covered
+    assert stats["ConvBNReluFusionPass"].misses == []
+    kernels = [n for n in graph.nodes if not get_op(n.op_type).no_task]
+    if name == "resnet50":
+        assert graph.op_type_counts() == KERNELS[name]
+        assert sum(1 for n in graph.nodes if n.attrs.get("residual_conv")) == 4    # one per stage
+        assert len(convs) == 17
+    else:
+        patch = next(n for n in graph.nodes if n.op_type == "ConvBNReluFusionOp")
+        assert patch.attrs["output_perm"] == [0, 2, 1]
+        assert tuple(patch.outputs[0].desc.shape) == (2, 16, 64)               # [B, HW, C]
+        onnx_types = {n.name: n.op_type for n in model.graph.node}
+        assert sorted(onnx_types[o] for o in patch.origin) == ["Conv", "Reshape", "Transpose"]
+        assert len(kernels) == KERNELS[name]
