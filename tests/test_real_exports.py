@@ -8,6 +8,8 @@ session (tests/exporters.py).  Skipped when torch/transformers/onnxscript are no
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -135,8 +137,10 @@ def test_no_softmax_or_attention_matmul_is_left(exports, name, exporter):
 @pytest.mark.parametrize("name,exporter", TRANSFORMERS, ids=TRANSFORMER_IDS)
 def test_mha_masks_are_the_computed_padding_mask_or_none(exports, name, exporter):
     """BERT/GPT-2: the transformers-5 `Where(mask, 0, -3.4e38)` tensor (padding, plus causal for
-    GPT-2) is the kernel's additive mask input; ViT: no mask (dynamo's all-zero Add is dropped)."""
-    graph, _ = _fused(exports, name, exporter)
+    GPT-2) is the kernel's additive mask input; ViT: no mask (dynamo's all-zero Add is dropped).
+    MHA pass alone, so the mask's producer is still the exporter's Where (autofuse takes it later)."""
+    from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
+    graph, _ = _fused(exports, name, exporter, [MultiHeadAttentionFusionPass()])
     for node in (n for n in graph.nodes if n.op_type == MHA):
         if name == "vit":
             assert node.attrs["mask_kind"] == "none" and len(node.inputs) == 3
@@ -173,6 +177,19 @@ def test_gpt2_conv1d_linears_are_fused_gemms(exports, exporter):
         assert all(len(v.desc.shape) == 3 for v in node.inputs[:1])
         assert not any(u.op_type == "Reshape" for v in node.outputs for u in v.consumers)
     assert stats["MatMulBiasActFusionPass"].misses == []
+
+
+@pytest.mark.skipif(not os.environ.get("ATC_SLOW_TESTS"),
+                    reason="12-layer exports are slow: bench/bench_exports.py checks them; ATC_SLOW_TESTS=1 runs this")
+@pytest.mark.parametrize("exporter", exporters.EXPORTERS)
+def test_bert_12_layers_fuses_twelve_mha_kernels(exports, exporter):
+    model = exports.model("bert", exporter, layers=12)
+    graph, stats = fuse(model)
+    counts = graph.op_type_counts()
+    assert counts.get(MHA) == 12 and "Softmax" not in counts, counts
+    assert stats[MHA_PASS].misses == []
+    with np.errstate(over="ignore"):
+        assert_matches_ort(model, graph, exporters.example_feeds("bert", layers=12), precision="fp16")
 
 
 def test_exporter_forms(exports):
