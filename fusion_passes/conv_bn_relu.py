@@ -10,7 +10,9 @@ other operand comes from elsewhere and broadcasts to the conv output), then one 
 (Relu, Clip with constant bounds, LeakyRelu, Sigmoid, HardSwish, Tanh, SiLU written as
 y * Sigmoid(y) in either order), then a permuted store: an optional view op (Reshape,
 Flatten, Squeeze, Unsqueeze) and a Transpose (ViT's patch embedding, `output_shape` /
-`output_perm`).  A later intermediate with other consumers ends the pattern there (what
+`output_perm`), then a Concat taking the result as one operand (ViT's CLS token; the
+kernel copies the other operands).  Autofuse may then absorb the elementwise tail (ViT's
+position-embedding Add).  A later intermediate with other consumers ends the pattern there (what
 came before still fuses, its output stays visible).  A bare Conv is not a candidate.
 
 Residual convolution: when the Add's other operand is the output of another Conv [+ BN]
@@ -35,7 +37,7 @@ import numpy as np
 from fusion_passes import reasons
 from fusion_passes.base import (FusionPass, Match, creates_cycle, escaping_values, fuse, operands,
                                 single_consumer)
-from codegen.fused.conv import CONV_ATTR_NAMES, RES_PREFIX
+from codegen.fused.conv import CONCAT_SLOT, CONV_ATTR_NAMES, RES_PREFIX
 from codegen.ops.registry import TensorType, get_op
 from ge.ir import Graph, Node, Value
 
@@ -144,6 +146,20 @@ def store_permute_at(value: Value) -> Optional[tuple]:
     return nodes + [node], [int(d) for d in view_shape], perm, node.outputs[0]
 
 
+def concat_at(value: Value) -> Optional[tuple]:
+    """(concat, index of `value`, axis, other operands, output) when `value` alone feeds a
+    Concat once, with operands of its dtype; else None."""
+    node = single_consumer(value)
+    if node is None or node.op_type != "Concat" or any(v is None for v in node.inputs):
+        return None
+    where = [i for i, v in enumerate(node.inputs) if v is value]
+    others = [v for v in node.inputs if v is not value]
+    if len(where) != 1 or any(np.dtype(v.desc.dtype) != np.dtype(value.desc.dtype) for v in others):
+        return None
+    axis = int(node.attrs.get("axis", 0)) % len(value.desc.shape)
+    return node, where[0], axis, others, node.outputs[0]
+
+
 def conv_problem(conv: Node, bn: Optional[Node], role: str = "Conv") -> Optional[tuple]:
     """(code, constraint, values) for the first GE constraint `conv` [+ `bn`] breaks, else None."""
     group = int(conv.attrs.get("group", 1))
@@ -228,8 +244,12 @@ class ConvBNReluFusionPass(FusionPass):
         found = store_permute_at(cur)
         if found:
             store, cur = found[:3], found[3]
+        concat = concat_at(cur)
+        if concat:
+            cur = concat[4]
         side_nodes = [n for n in side if n is not None] if side else []
-        nodes = side_nodes + [conv] + [n for n in (bn, add) if n is not None] + act_nodes + (store[0] if store else [])
+        nodes = side_nodes + [conv] + [n for n in (bn, add) if n is not None] + act_nodes + (store[0] if store else []) \
+            + ([concat[0]] if concat else [])
         if len(nodes) == 1:
             followers = _first_followers(y)
             if followers and (len(y.uses) > 1 or y.is_graph_output):
@@ -252,7 +272,8 @@ class ConvBNReluFusionPass(FusionPass):
                              f"the residual input {residual.name if residual else '?'} depends on the "
                              "pattern: fusing would create a cycle", [residual])
         return Match(nodes, FUSED_OP, {"conv": conv, "bn": bn, "residual": residual, "side": side,
-                                       "act": act_attrs, "store": store, "output": cur})
+                                       "act": act_attrs, "store": store, "concat": concat,
+                                       "output": cur})
 
     def _left_out_residual_conv(self, conv: Node):
         """A bare Conv whose output is the residual operand of a conv block: a Miss saying
@@ -300,6 +321,10 @@ class ConvBNReluFusionPass(FusionPass):
         if match.data["store"] is not None:
             _, view_shape, perm = match.data["store"]
             attrs["output_shape"], attrs["output_perm"] = view_shape, perm
+        if match.data["concat"] is not None:
+            _, index, axis, others, _ = match.data["concat"]
+            inputs += [None] * (CONCAT_SLOT - len(inputs)) + others
+            attrs.update(concat_axis=axis, concat_index=index, concat_parts=len(others))
         while inputs[-1] is None:
             inputs.pop()
         return fuse(graph, match.nodes, FUSED_OP, inputs, [match.data["output"]], attrs, self.pass_name)

@@ -14,7 +14,7 @@ A pooling op not fed by a conv block or not followed by an FC is not this patter
 e.g. EfficientNet's squeeze-excite pools.  Misses: pooling not over all spatial axes,
 group/dilation != 1, an intermediate used elsewhere (NF2001), non-constant FC or conv
 weights (NF2002), the flattened shape not (N, C) or a bias that does not broadcast (NF2004),
-a conv block that stores its output permuted (NF2006).
+a conv block that stores its output permuted or concatenated (NF2006).
 """
 from __future__ import annotations
 
@@ -82,11 +82,11 @@ class ConvPoolFCFusionPass(FusionPass):
         rank = len(block.desc.shape)
         n, c = int(block.desc.shape[0]), int(block.desc.shape[1])
         # -- constraints ---------------------------------------------------------------------
-        if "output_perm" in conv.attrs:
+        if "output_perm" in conv.attrs or "concat_axis" in conv.attrs:
             return self.miss(reasons.UNSUPPORTED_VARIANT, pool, nodes,
-                             f"the conv block {conv.name} stores its output permuted "
-                             f"(perm {list(conv.attrs['output_perm'])}): the head pools an (N, C, *spatial) block",
-                             [block])
+                             f"the conv block {conv.name} stores its output permuted or concatenated "
+                             f"({ {k: conv.attrs[k] for k in ('output_perm', 'concat_axis') if k in conv.attrs} }): "
+                             "the head pools an (N, C, *spatial) block", [block])
         if pool.op_type == "ReduceMean":
             axes = sorted(int(a) % rank for a in (pool.attrs.get("axes") or []))
             spatial = list(range(2, rank))

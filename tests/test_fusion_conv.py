@@ -604,7 +604,8 @@ def test_residual_conv_switched_off_restores_both_convs():
 
 # -- permuted store: ViT's patch embedding ------------------------------------------------------
 
-def _patch_embed(view="reshape", perm=(0, 2, 1), bn=False, act=None, tail=False, view_extra_output=False):
+def _patch_embed(view="reshape", perm=(0, 2, 1), bn=False, act=None, tail=False, view_extra_output=False,
+                 cls_last=False):
     """Conv(k = s = 2, bias) -> [BN] [act] -> Reshape[N, C, HW] | none -> Transpose[perm]
     [-> Concat(CLS) -> Add(position)] as both exporters write ViT's patch embedding."""
     net = Net(h=8)
@@ -622,7 +623,7 @@ def _patch_embed(view="reshape", perm=(0, 2, 1), bn=False, act=None, tail=False,
     net.op("Transpose", [net.y], perm=list(perm))
     if tail:
         cls = net.const(_f32((N, 1, COUT)), "cls")
-        net.op("Concat", [cls, net.y], axis=1)
+        net.op("Concat", [net.y, cls] if cls_last else [cls, net.y], axis=-2 if cls_last else 1)
         net.op("Add", [net.y, net.const(_f32((1, hw + 1, COUT)), "pos")])
     return net.model(extra_outputs=[viewed] if view_extra_output else [])
 
@@ -660,12 +661,33 @@ def test_permuted_store_work_is_the_conv_block():
     assert tuple(node.outputs[0].desc.shape) == (N, 16, COUT)
 
 
-def test_patch_embedding_with_cls_and_position_has_no_bare_conv():
-    """The whole pipeline (autofuse included) on the ViT embedding: the conv is in a fused kernel."""
+@pytest.mark.parametrize("cls_last", [False, True])
+def test_concatenated_store_takes_the_cls_token(cls_last):
+    """Conv -> Reshape -> Transpose -> Concat(CLS): one kernel that copies the CLS rows."""
+    model = _patch_embed(tail=True, cls_last=cls_last)
+    graph, stats = fuse(model)
+    assert op_types(graph) == [CBR, "Add"]
+    node = graph.nodes[0]
+    assert (node.attrs["concat_axis"], node.attrs["concat_index"], node.attrs["concat_parts"]) == \
+        (1, 0 if cls_last else 1, 1)
+    assert node.inputs[3:6] == [None] * 3 and node.inputs[6].name.startswith("cls")
+    assert tuple(node.outputs[0].desc.shape) == (N, 17, COUT)
+    t = lambda v: None if v is None else TensorType(np.dtype(np.float16), tuple(v.desc.shape))  # noqa: E731
+    work = get_op(CBR).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)
+    assert work.cube_macs == N * COUT * 16 * CIN * 4
+    assert work.vector_ops == {"alu": N * COUT * 16, "move": N * COUT}      # bias on the tile; CLS copy
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
+
+
+def test_patch_embedding_is_one_kernel_with_autofuse():
+    """The whole pipeline on the ViT embedding: autofuse absorbs the position Add into the
+    conv kernel (its tail), so conv, views, transpose, CLS concat and Add run as one kernel."""
     model = _patch_embed(tail=True)
     graph, _ = fuse_pipeline(model)
-    assert "Conv" not in op_types(graph) and "Transpose" not in op_types(graph)
-    assert op_types(graph)[0] == CBR
+    assert op_types(graph) == ["AutofusedKernel"]
+    assert graph.nodes[0].attrs["member_ops"] == [CBR, "Add"]
+    assert set(graph.nodes[0].origin) == {n.name for n in model.graph.node}
     assert_matches_ort(model, graph)
     assert_matches_ort(model, graph, precision="fp16")
 

@@ -5,8 +5,8 @@ bias + residual + activation) as ConvBNReluFusionOp before its pooling and FC, s
 share `_conv_block`.  BatchNorm is already folded into the weights and bias at compile
 time (fusion_passes/conv_bn_relu.py), so the kernel sees a plain conv with an epilogue.
 
-Inputs of ConvBNReluFusionOp: [x, W, b | None, residual | None, res_x, res_W] (trailing None
-dropped).  Inputs of ConvPoolFCFusionOp: [x, W, b | None, residual | None, fc_weight,
+Inputs of ConvBNReluFusionOp: [x, W, b | None, residual | None, res_x, res_W, concat parts...]
+(trailing None dropped).  Inputs of ConvPoolFCFusionOp: [x, W, b | None, residual | None, fc_weight,
 fc_bias | None, res_x, res_W].  Attrs: the Conv attrs, `activation` (Relu, Clip, LeakyRelu,
 Sigmoid, HardSwish, SiLU, Tanh, absent = none) with `clip_min`/`clip_max`/`act_alpha`,
 `has_residual`; the head adds `fc_transB`, `fc_alpha`, `fc_beta`.
@@ -23,6 +23,11 @@ embedding `Conv -> Reshape[N, C, HW] -> Transpose[0, 2, 1]`.  The output tile is
 at permuted addresses, out = block.reshape(output_shape).transpose(output_perm); the cube's
 output path (FixPipe) writes its NZ tiles out as row-major [HW, C] rows anyway, so the
 layout change costs no vector work and no extra pass over memory.
+
+Concatenated store (`concat_axis`, `concat_index`, `concat_parts`, ConvBNReluFusionOp only):
+ViT's `Concat(CLS token, patches)`.  The conv tile is stored at its offset of the Concat
+output (an address offset, free) and the kernel copies the other `concat_parts` operands,
+inputs from CONCAT_SLOT on, into their places (vector `move` work of their size).
 
 Numerics: float16 data is widened to float32 once; the conv accumulates in float32 and the
 whole epilogue (bias, residual, activation, pooling, FC) stays float32 on chip; only the
@@ -43,6 +48,7 @@ ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSwish", "SiLU", "Tan
 CONV_ATTR_NAMES = ("kernel_shape", "pads", "strides", "dilations", "group", "auto_pad")
 RES_PREFIX = "res_"
 CBR_RES_SLOT, HEAD_RES_SLOT = 4, 6      # where res_x, res_W sit in each kernel's inputs
+CONCAT_SLOT = 6                         # ConvBNReluFusionOp: the other Concat operands start here
 
 
 def _acc_dtype(dtype) -> np.dtype:
@@ -151,23 +157,47 @@ def _permuted(shape: tuple, attrs: dict) -> tuple:
     return tuple(view[p] for p in perm)
 
 
+def _concat_parts(inputs: Sequence, attrs: dict, tile):
+    """The Concat operands in order, the conv tile at `concat_index`."""
+    parts = list(inputs[CONCAT_SLOT:CONCAT_SLOT + int(attrs["concat_parts"])])
+    parts.insert(int(attrs["concat_index"]), tile)
+    return parts
+
+
 def conv_bn_relu_compute(inputs, attrs):
     y = _conv_block(inputs, attrs, CBR_RES_SLOT)
     if "output_perm" in attrs:
         _permuted(y.shape, attrs)
         y = y.reshape([int(d) for d in attrs["output_shape"]]).transpose([int(p) for p in attrs["output_perm"]])
+    if "concat_axis" in attrs:
+        parts = [p.astype(y.dtype, copy=False) for p in _concat_parts(inputs, attrs, y)]
+        y = get_op("Concat").compute(parts, {"axis": int(attrs["concat_axis"])})[0]
     return [np.ascontiguousarray(y.astype(inputs[0].dtype, copy=False))]
 
 
-def conv_bn_relu_infer(inputs, attrs):
+def _stored_type(inputs, attrs) -> TensorType:
     block = _conv_block_type(inputs, attrs, CBR_RES_SLOT)
     if "output_perm" in attrs:
-        return [TensorType(block.dtype, _permuted(block.shape, attrs))]
-    return [block]
+        block = TensorType(block.dtype, _permuted(block.shape, attrs))
+    return block
+
+
+def conv_bn_relu_infer(inputs, attrs):
+    stored = _stored_type(inputs, attrs)
+    if "concat_axis" in attrs:
+        return get_op("Concat").infer(_concat_parts(inputs, attrs, stored), {"axis": int(attrs["concat_axis"])})
+    return [stored]
 
 
 def conv_bn_relu_work(inputs, outputs, attrs):
-    return _conv_block_work(inputs, outputs[0], attrs, CBR_RES_SLOT)
+    """The conv block's work, sized by the tile it computes, plus the copy of the other
+    Concat operands (the permuted and concatenated stores themselves are address changes)."""
+    stored = TensorType(outputs[0].dtype, _stored_type(inputs, attrs).shape)
+    work = _conv_block_work(inputs, stored, attrs, CBR_RES_SLOT)
+    if "concat_axis" in attrs:
+        copied = sum(p.size for p in inputs[CONCAT_SLOT:CONCAT_SLOT + int(attrs["concat_parts"])])
+        work.add_vector("move", copied)
+    return work
 
 
 register(OpDef("ConvBNReluFusionOp", OpKind.OUT_EWISE_FUSABLE, conv_bn_relu_compute,
