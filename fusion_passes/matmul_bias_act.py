@@ -10,6 +10,10 @@ Pattern (anchor: MatMul or Gemm with a constant 2-D weight):
                                0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))), with the 0.5
                                placed anywhere in the product and either operand orders
     y = y + r                  optional residual: r from elsewhere, same shape
+Row views (GPT-2's Conv1D): `Reshape [..,K]->[R,K] -> Gemm -> Reshape [R,N]->[..,N]` with the
+same leading dims on both sides is a MatMul of the N-D tensor: the kernel takes the N-D input,
+writes the N-D output, and the bias/activation/residual after the second Reshape join it (the
+first Reshape stays only if something else reads it).  Reshapes that reorder rows do not count.
 A MatMul/Gemm with nothing to absorb is not a candidate.  Misses: the product has other
 readers (NF2001), weight not constant (NF2002) or not 2-D / bias not a last-axis vector
 (NF2004), Gemm transA=1 (NF2003).  An activation subgraph whose constants are not GELU's,

@@ -3,10 +3,13 @@
 Anchored on Softmax and walked both ways (fusion_passes/attention_patterns.py), so the
 exporter's choices -- scale on scores or on Q and K, Mul or Div, K transposed by one or two
 Transposes, separate or packed (Split/Slice) QKV, padding-mask Add, causal Where -- all
-land on one kernel.  Head count and head dim come from the head Reshape's output shape.
-The QKV weights are always packed into one [hidden, 3*H*D] constant (reused as is when the
-graph already has it packed) so the kernel does one projection GEMM.  The output
-projection is left to MatMulBiasAct.
+land on one kernel.  Projections are MatMul(+bias Add) or GPT-2's Conv1D `Reshape -> Gemm(W, C)
+-> Reshape` (transB/alpha/beta folded); heads merged to [B*S,H*D] (GPT-2 dynamo, straight into
+the c_proj Gemm) are read through a Reshape view of the kernel's [B,S,H*D] output; an Add of an
+all-zero constant (ViT dynamo) is no mask.  Head count and head dim come from the head
+Reshape's output shape.  The QKV weights are always packed into one [hidden, 3*H*D]
+constant (reused as is when the graph already has it packed) so the kernel does one
+projection GEMM.  The output projection is left to MatMulBiasAct.
 
 A Softmax is a candidate (counted in match_times) when a MatMul of two computed tensors
 feeds it within a few nodes and its output is the left operand of another such MatMul;
@@ -130,23 +133,26 @@ class MultiHeadAttentionFusionPass(FusionPass):
                 mask = graph.constant(f"{mask.name}/inverted", np.logical_not(mask.const))
             inputs.append(mask)
         out = data["out"]
+        merge = out.producer
         fused = fuse(graph, match.nodes, OP_TYPE, inputs, [out], attrs, self.pass_name)
         if len(out.desc.shape) == 2:
-            _rows_view(graph, fused, data["x"].desc.shape[:2])
+            _rows_view(graph, fused, merge.origin, data["x"].desc.shape[:2])
         return fused
 
 
-def _rows_view(graph: Graph, fused: Node, batch_seq) -> Node:
+def _rows_view(graph: Graph, fused: Node, origin: list, batch_seq) -> Node:
     """The kernel writes [B,S,H*D]; a graph that merged heads straight to [B*S,H*D] reads it
-    through a Reshape (a view: no kernel, no copy), which keeps the output value and its name."""
+    through a Reshape (a view: no kernel, no copy) that keeps the output value and its name.
+    The view stands for the exporter's own merge Reshape (`origin`), not for the kernel."""
     out = fused.outputs[0]
-    merged = graph.new_value(f"{fused.name}:merged", TensorDesc(out.desc.dtype, tuple(batch_seq) + out.desc.shape[-1:]))
+    fused.provenance["origin"] = [o for o in fused.origin if o not in origin]
+    shape = tuple(batch_seq) + tuple(out.desc.shape[-1:])
+    merged = graph.new_value(f"{fused.name}:merged", TensorDesc(out.desc.dtype, shape))
     out.producer = None
     fused.outputs[0] = merged
     merged.producer, merged.index = fused, 0
     view = Node("Reshape", [merged], [out], {"shape": list(out.desc.shape), "allowzero": 0},
-                name=graph.unique_name(f"{fused.name}/rows"), provenance={"pass": fused.provenance["pass"],
-                                                                           "origin": []})
+                name=graph.unique_name(f"{fused.name}/rows"), provenance={"origin": list(origin)})
     return graph.add_node(view)
 
 

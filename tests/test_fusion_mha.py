@@ -203,6 +203,8 @@ def test_heads_merged_to_rows_are_read_through_a_view(linear):
     mha, view = graph.nodes
     assert mha.outputs[0].desc.shape == (B, S, HID) and view.inputs[0] is mha.outputs[0]
     assert view.outputs[0].name == model.graph.output[0].name and view.outputs[0].desc.shape == (B * S, HID)
+    assert view.origin == [model.graph.node[-1].name] and view.origin[0] not in mha.origin   # the exporter's Reshape
+    assert "pass" not in view.provenance
     assert_matches_ort(model, graph)
     assert_matches_ort(model, graph, precision="fp16")
 
