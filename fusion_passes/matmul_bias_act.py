@@ -190,7 +190,8 @@ class MatMulBiasActFusionPass(FusionPass):
         if bracket is not None:
             flatten, unflatten = bracket
             x, out = flatten.inputs[0], unflatten.outputs[0]
-            nodes = ([flatten] if len(flatten.outputs[0].uses) == 1 else []) + [mm, unflatten]
+            shared = len(flatten.outputs[0].uses) > 1 or flatten.outputs[0].is_graph_output
+            nodes = ([] if shared else [flatten]) + [mm, unflatten]     # a shared view stays
         gemm_c = mm.inputs[2] if mm.op_type == "Gemm" and len(mm.inputs) > 2 else None
         bias_value = gemm_c
         if gemm_c is None:
