@@ -7,6 +7,7 @@ float16 directly, which numpy rounds exactly like an fp32 op followed by a cast.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -187,7 +188,7 @@ def _gelu(x, a):
         return 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x * x * x)))
     if approx != "none":
         raise bad_attr("Gelu", "approximate", approx, "must be 'none' or 'tanh'")
-    return (0.5 * x * (1 + erf(x / np.sqrt(2.0)))).astype(x.dtype)
+    return (0.5 * x * (1 + erf(x * (1.0 / math.sqrt(2.0))))).astype(x.dtype)  # Python float: stays in x.dtype
 
 
 def _selu(x, a):
