@@ -1,9 +1,9 @@
 """What each `--mode` does.  Files are written only after everything succeeded."""
 from __future__ import annotations
 
-import json
 import os
 
+from atc_py.files import cannot_write, write_json_atomic
 from atc_py.options import AtcOptions
 from ge.errors import AtcError
 
@@ -19,34 +19,30 @@ def _ensure_parent(path: str, param: str) -> None:
                        f"[{parent}] does not exist.", "Create the output folder first.")
 
 
-def write_json_atomic(path: str, content) -> None:
-    """Write JSON through a temp file so a failure never leaves half a file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(content, f, indent=2, sort_keys=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def generate_om(options: AtcOptions) -> None:
+    """Compile, price the report, then write the .om and its companions; if any write fails,
+    nothing of this run is left behind."""
     from atc_py import log as atc_log
+    from atc_py import report
     from atc_py.compiler import compile_model
     from om_format.container import write_om
 
-    os.makedirs(os.path.dirname(os.path.abspath(options.om_path)), exist_ok=True)
     log = atc_log.Logger.from_options(options)
     result = compile_model(options)
     for warning in result.switches.warnings:
         log.warning(warning)
-    parts = result.partitions
-    write_om(options.om_path, parts.as_dict(), name=os.path.basename(options.output),
-             ops=len(result.graph.nodes), platform_version=options.soc_version)
-    from atc_py import report
-    report.emit(result, options, log)
+    fusion_report = report.build_report(result, options.soc_version, options.precision_mode,
+                                        options.super_kernel_scope)
+    report.print_report(fusion_report, log)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(options.om_path)), exist_ok=True)
+        write_om(options.om_path, result.partitions.as_dict(), name=os.path.basename(options.output),
+                 ops=len(result.graph.nodes), platform_version=options.soc_version)
+        report.write_companions(result, options, log)
+    except OSError as exc:
+        if os.path.exists(options.om_path):
+            os.unlink(options.om_path)
+        raise cannot_write(exc)
 
 
 def om_to_json(options: AtcOptions) -> None:

@@ -15,6 +15,7 @@ from google.protobuf import text_format
 
 from codegen import super_kernel
 from codegen.om_builder import build_partitions, compute_dtype
+from atc_py.files import write_json_atomic
 from codegen.ops.registry import get_op
 from om_format.container import write_om
 from ge.ir import Graph
@@ -196,20 +197,23 @@ def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version:
     return written
 
 
-def emit(result, options, log) -> FusionReport:
-    """Print the report (when the log level asks for it), write fusion_result.json and dumps."""
-    report = build_report(result, options.soc_version, options.precision_mode, options.super_kernel_scope)
+def print_report(report: FusionReport, log) -> None:
+    """The Graph Fusion Report (when the log level asks for it) and, at debug, every miss."""
     for line in report_lines(report):
         log.ge(line)
     for miss in report.misses:
         log.debug(f"[GE] fusion miss {miss.code} {miss.reason_name}: pass {miss.pass_name}, anchor "
                   f"{miss.anchor}, ops {[t for _, t in miss.nodes]}: {miss.constraint}; tensors {miss.tensors}")
-    with open(FUSION_RESULT_FILE + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(fusion_result_json(result), f, indent=2)
-    os.replace(FUSION_RESULT_FILE + ".tmp", FUSION_RESULT_FILE)
+
+
+def write_companions(result, options, log) -> list:
+    """fusion_result.json in the working directory, and the AUTOFUSE_DFX_FLAGS dumps."""
+    write_json_atomic(FUSION_RESULT_FILE, fusion_result_json(result))
+    written = [FUSION_RESULT_FILE]
     flags = parse_dfx_flags(os.environ.get("AUTOFUSE_DFX_FLAGS", ""))
     if flags.get("debug_dir"):
         files = write_debug_dumps(result, flags["debug_dir"], flags.get("codegen_compile_debug") == "true",
                                   options.soc_version, options.precision_mode)
         log.info(f"Wrote {len(files)} fusion debug file(s) to {flags['debug_dir']}.")
-    return report
+        written.extend(files)
+    return written

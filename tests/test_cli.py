@@ -368,3 +368,34 @@ def test_help(capsys):
     rc = cli.main(["--help"])
     text = capsys.readouterr().out
     assert rc == 0 and "--soc_version" in text and "--framework" in text
+
+
+def test_unwritable_output_is_a_clear_error_and_leaves_nothing(capsys, tmp_path, seed_model, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    blocker = tmp_path / "file_not_dir"
+    blocker.write_text("x")
+    rc, text = run_atc(capsys, *compile_args(seed_model, blocker / "sub" / "y"))
+    assert_failed(rc, text, "E10001")
+    assert "Cannot write" in text
+
+
+def test_failing_debug_dump_removes_the_om(capsys, tmp_path, seed_model, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    blocker = tmp_path / "dbg"
+    blocker.write_text("a file where the debug folder should be")
+    monkeypatch.setenv("AUTOFUSE_DFX_FLAGS", f"--debug_dir={blocker}")
+    out = tmp_path / "y"
+    rc, text = run_atc(capsys, *compile_args(_grouped_conv_path(tmp_path), out))
+    assert_failed(rc, text, "E10001", f"{out}.om")
+
+
+def _grouped_conv_path(tmp_path):
+    """A model whose conv has group=2, so the ConvBNReLU pass records a miss to dump."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = numpy_helper.from_array(np.ones((4, 2, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], group=2, pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    return _save(model, tmp_path / "g2.onnx")
