@@ -18,8 +18,11 @@ FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 
 
 def _to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Float tensors in the kernel's compute dtype.  Values beyond float16's range become
+    +-inf, as the hardware's conversion does (e.g. a -3.4e38 attention-mask fill)."""
     if array.dtype in FLOAT_TYPES and array.dtype != dtype:
-        return array.astype(dtype)
+        with np.errstate(over="ignore"):
+            return array.astype(dtype)
     return array
 
 
