@@ -245,7 +245,7 @@ def test_gather_nd_rejects_out_of_range_indices():
     graph = lower(model)
     with pytest.raises(AtcError) as err:
         run_ir(graph, {"x": np.zeros((2, 3), np.float32)})
-    assert err.value.code == "E16005"
+    assert err.value.code == "E16004"
 
 
 @pytest.mark.parametrize("src,like", [(TensorProto.FLOAT, TensorProto.INT64), (TensorProto.INT64, TensorProto.FLOAT),

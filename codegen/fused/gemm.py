@@ -72,7 +72,7 @@ def gemm_compute(inputs, act: str = ""):
 def gemm_infer(inputs, attrs):
     x, w = inputs[0], inputs[1]
     if len(w.shape) != 2:
-        raise AtcError("E16005", f"Fused GEMM weight must be 2-D, got {tuple(w.shape)}.",
+        raise AtcError("E16004", f"Fused GEMM weight must be 2-D, got {tuple(w.shape)}.",
                        "Recompile the model with this version of atc_py.")
     return [TensorType(np.dtype(x.dtype), matmul_shape(x.shape, w.shape))]
 

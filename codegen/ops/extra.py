@@ -15,7 +15,7 @@ from ge.errors import AtcError
 
 
 def _err(message: str) -> AtcError:
-    return AtcError("E16005", f"GatherND: {message}", "Check the node's inputs and attributes.")
+    return AtcError("E16004", f"GatherND: {message}", "Check the node's inputs and attributes.")
 
 
 def _gather_nd_shape(data_shape, indices_shape, batch_dims: int) -> tuple:

@@ -27,7 +27,7 @@ def _ints(attrs: dict, name: str, n: int, default: int) -> list:
         return [default] * n
     value = [int(v) for v in np.atleast_1d(value)]
     if len(value) != n:
-        raise AtcError("E16005", f"attribute [{name}] has {len(value)} values, the op has {n} "
+        raise AtcError("E16004", f"attribute [{name}] has {len(value)} values, the op has {n} "
                        "spatial axes", "Give one value per spatial axis.")
     return value
 
@@ -63,10 +63,10 @@ def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False):
                 o = (i + b + e - w) // s + 1
             out.append(o)
     else:
-        raise AtcError("E16005", f"auto_pad [{auto_pad}] is not supported",
+        raise AtcError("E16004", f"auto_pad [{auto_pad}] is not supported",
                        "Use NOTSET, SAME_UPPER, SAME_LOWER or VALID.")
     if any(o <= 0 for o in out):
-        raise AtcError("E16005", f"window op output would be empty: input {tuple(in_spatial)}, "
+        raise AtcError("E16004", f"window op output would be empty: input {tuple(in_spatial)}, "
                        f"kernel {tuple(kernel)}, pads {begin + end}, strides {strides}",
                        "Check kernel_shape, pads and strides against the input shape.")
     extra = [max(0, (o - 1) * s + w - (i + b + e))
@@ -117,10 +117,10 @@ def _bias_shape(nd: int):
 
 def _conv_check(x_shape, w_shape, group):
     if len(x_shape) < 3 or len(w_shape) != len(x_shape):
-        raise AtcError("E16005", f"Conv input rank {len(x_shape)} and weight rank {len(w_shape)} "
+        raise AtcError("E16004", f"Conv input rank {len(x_shape)} and weight rank {len(w_shape)} "
                        "must be equal and at least 3", "Use NCW, NCHW or NCDHW data.")
     if x_shape[1] != w_shape[1] * group or w_shape[0] % group:
-        raise AtcError("E16005", f"Conv channels do not match: input C={x_shape[1]}, weight "
+        raise AtcError("E16004", f"Conv channels do not match: input C={x_shape[1]}, weight "
                        f"{tuple(w_shape)}, group={group}",
                        "Weight must be [C_out, C_in/group, k...] with C_out divisible by group.")
 
@@ -320,7 +320,7 @@ register(OpDef("ConvTranspose", OpKind.OUT_EWISE_FUSABLE, conv_transpose_compute
 def _pool_kernel(attrs, nd):
     kernel = attrs.get("kernel_shape")
     if kernel is None or len(kernel) != nd:
-        raise AtcError("E16005", f"pooling needs kernel_shape with {nd} values, got {kernel}",
+        raise AtcError("E16004", f"pooling needs kernel_shape with {nd} values, got {kernel}",
                        "Set kernel_shape on the pooling node.")
     return [int(k) for k in kernel]
 
@@ -438,16 +438,16 @@ def matmul_shape(a, b) -> tuple:
     """numpy.matmul's output shape, including 1-D promotion and batch broadcasting."""
     a, b = tuple(a), tuple(b)
     if not a or not b:
-        raise AtcError("E16005", "MatMul inputs must have rank >= 1", "Check the MatMul inputs.")
+        raise AtcError("E16004", "MatMul inputs must have rank >= 1", "Check the MatMul inputs.")
     a2 = (1,) + a if len(a) == 1 else a
     b2 = b + (1,) if len(b) == 1 else b
     if a2[-1] != b2[-2]:
-        raise AtcError("E16005", f"MatMul inner dimensions differ: {a} x {b}",
+        raise AtcError("E16004", f"MatMul inner dimensions differ: {a} x {b}",
                        "The last axis of A must equal the second-to-last axis of B.")
     try:
         batch = tuple(int(d) for d in np.broadcast_shapes(a2[:-2], b2[:-2]))
     except ValueError:
-        raise AtcError("E16005", f"MatMul batch dimensions do not broadcast: {a} x {b}",
+        raise AtcError("E16004", f"MatMul batch dimensions do not broadcast: {a} x {b}",
                        "Make the leading axes of A and B broadcastable.") from None
     shape = batch + (a2[-2], b2[-1])
     if len(a) == 1:
@@ -478,12 +478,12 @@ register(OpDef("MatMul", OpKind.OUT_EWISE_FUSABLE, matmul_compute, matmul_infer,
 
 def _gemm_dims(a_shape, b_shape, attrs):
     if len(a_shape) != 2 or len(b_shape) != 2:
-        raise AtcError("E16005", f"Gemm needs 2-D A and B, got {tuple(a_shape)} and "
+        raise AtcError("E16004", f"Gemm needs 2-D A and B, got {tuple(a_shape)} and "
                        f"{tuple(b_shape)}", "Use MatMul for other ranks.")
     m, k = a_shape[::-1] if int(attrs.get("transA", 0)) else a_shape
     k2, n = b_shape[::-1] if int(attrs.get("transB", 0)) else b_shape
     if k != k2:
-        raise AtcError("E16005", f"Gemm inner dimensions differ: {k} vs {k2}",
+        raise AtcError("E16004", f"Gemm inner dimensions differ: {k} vs {k2}",
                        "Check transA/transB and the shapes of A and B.")
     return int(m), int(k), int(n)
 

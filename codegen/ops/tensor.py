@@ -24,7 +24,7 @@ def normalize_axis(axis: int, rank: int) -> int:
     try:
         return common.normalize_axis(axis, rank)
     except ValueError as exc:
-        raise AtcError("E16005", str(exc), "Check the node's axis attributes.") from None
+        raise AtcError("E16004", str(exc), "Check the node's axis attributes.") from None
 
 
 def normalize_axes(axes, rank: int) -> list:
@@ -32,7 +32,7 @@ def normalize_axes(axes, rank: int) -> list:
 
 
 def _err(op: str, message: str, solution: str = "Check the node's inputs and attributes.") -> AtcError:
-    return AtcError("E16005", f"{op}: {message}", solution)
+    return AtcError("E16004", f"{op}: {message}", solution)
 
 
 def _required(attrs: dict, name: str, op: str):
