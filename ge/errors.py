@@ -27,3 +27,10 @@ def invalid_param(value, param: str, reason: str, solution: str = "") -> AtcErro
     """E10001, ATC's message for a parameter with an invalid value."""
     return AtcError("E10001", f"Value [{value}] for parameter [{param}] is invalid. Reason: {reason}",
                     solution or f"Try 'atc --help' for the values {param} accepts.")
+
+
+def at_node(err: AtcError, name: str, op_type: str) -> AtcError:
+    """The same error, saying which node it came from (kernels do not know their node)."""
+    if f"[{name}]" in err.message:
+        return err
+    return AtcError(err.code, f"Node [{name}] ({op_type}): {err.message}", err.solution)

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from codegen.ops.registry import get_op
-from ge.errors import AtcError
+from ge.errors import AtcError, at_node
 from ge.ir import Graph, Node
 
 FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
@@ -65,7 +65,10 @@ def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.
                 continue
             array = v.const if v.is_const else env[id(v)]
             args.append(_to(array, dtype) if dtype is not None else array)
-        results = op.compute(args, node.attrs)
+        try:
+            results = op.compute(args, node.attrs)
+        except AtcError as err:
+            raise at_node(err, node.name, node.op_type)
         if on_kernel is not None:
             on_kernel(node)
         for value, result in zip(node.outputs, results):

@@ -163,3 +163,11 @@ def test_run_time_config_input_is_refused_with_the_node_named():
     with pytest.raises(AtcError) as err:
         lower(model)
     assert err.value.code == "E16002" and "dyn_reshape" in err.value.message
+
+
+def test_kernel_errors_name_the_node():
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=5, name="bad_softmax")
+    model = model_of([node], [fvi("x", [2, 3])], [fvi("y", None)])
+    with pytest.raises(AtcError) as err:
+        lower(model)
+    assert err.value.code == "E16004" and "[bad_softmax]" in err.value.message

@@ -58,11 +58,23 @@ def _log_softmax(inputs, attrs):
     return [y.astype(x.dtype, copy=False)]
 
 
+def _same_with_axis(op_type: str):
+    """Shape rule of Softmax/LogSoftmax: the input's type, once the axis is known valid, so a
+    bad axis fails at compile time rather than in the simulator."""
+
+    def infer(inputs, attrs):
+        _axis(op_type, attrs, len(inputs[0].shape), -1)
+        return same_as_input(inputs, attrs)
+
+    return infer
+
+
 # max-reduce, sub, exp, sum-reduce, div per element
-register(OpDef(op_type="Softmax", kind=OpKind.OPAQUE, compute=_softmax, infer=same_as_input,
+register(OpDef(op_type="Softmax", kind=OpKind.OPAQUE, compute=_softmax, infer=_same_with_axis("Softmax"),
                work=_per_element(alu=3, transcendental=1, div=1), ge_type="SoftmaxV2"))
 # max-reduce, sub, exp, sum-reduce, sub per element (log per row is negligible but counted)
-register(OpDef(op_type="LogSoftmax", kind=OpKind.OPAQUE, compute=_log_softmax, infer=same_as_input,
+register(OpDef(op_type="LogSoftmax", kind=OpKind.OPAQUE, compute=_log_softmax,
+               infer=_same_with_axis("LogSoftmax"),
                work=_per_element(alu=4, transcendental=1), ge_type="LogSoftmax"))
 
 

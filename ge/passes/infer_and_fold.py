@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from codegen.ops.registry import OpDef, TensorType, get_op
-from ge.errors import AtcError
+from ge.errors import AtcError, at_node
 from ge.ir import Graph, Node, TensorDesc
 
 _SHAPE_ONLY_OPS = {"Shape", "Size"}
@@ -89,8 +89,8 @@ def run(graph: Graph) -> int:
         if _foldable(node, op):
             try:
                 results = _evaluate(node, op)
-            except AtcError:
-                raise
+            except AtcError as err:
+                raise at_node(err, node.name, node.op_type)
             except Exception as exc:
                 raise AtcError("E16004", f"Constant folding of node [{node.name}] ({node.op_type}) failed: {exc}.",
                                "Check the node's constant inputs and attributes.")
@@ -105,8 +105,8 @@ def run(graph: Graph) -> int:
                 continue
         try:
             types = op.infer(input_types(node), node.attrs)
-        except AtcError:
-            raise
+        except AtcError as err:
+            raise at_node(err, node.name, node.op_type)
         except Exception as exc:
             raise AtcError("E16004", f"Shape inference of node [{node.name}] ({node.op_type}) failed: {exc}.",
                            "Check the shapes of the node's inputs and its attributes.")
