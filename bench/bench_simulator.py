@@ -122,7 +122,6 @@ def bench(name: str, workdir: str, repeat: int) -> dict:
         session = ort_session(onnx_path, enable)
         names = [i.name for i in session.get_inputs()]
         result[key] = median_time(lambda: session.run(None, {n: feeds[n] for n in names}), repeat)
-        del session
     result["breakdown"] = kernel_breakdown(model, feeds)
     return result
 

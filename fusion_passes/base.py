@@ -10,7 +10,7 @@ A pass subclasses `FusionPass` and implements `match(graph, anchor)`, which retu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 

@@ -29,6 +29,12 @@ def invalid_param(value, param: str, reason: str, solution: str = "") -> AtcErro
                     solution or f"Try 'atc --help' for the values {param} accepts.")
 
 
+def invalid_attr(op_type: str, attr: str, value, reason: str, solution: str = "") -> AtcError:
+    """E16004: a node attribute the converter cannot honour (a graph problem, not a CLI one)."""
+    return AtcError("E16004", f"Op [{op_type}] has attribute [{attr}] = [{value}] which is invalid. "
+                    f"Reason: {reason}", solution or f"Fix the {op_type} node in the ONNX model or re-export it.")
+
+
 def at_node(err: AtcError, name: str, op_type: str) -> AtcError:
     """The same error, saying which node it came from (kernels do not know their node)."""
     if f"[{name}]" in err.message:

@@ -11,7 +11,7 @@ producer; the .om writer turns each into a `Const` op backed by the weights part
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np

@@ -17,7 +17,7 @@ import numpy as np
 
 from codegen.ops.registry import TensorType, get_op
 from ge.ir import Graph, Node, Value
-from simulator.cost_model import (Chip, KernelCost, KernelSpec, StreamCost, price_kernel, price_stream,
+from simulator.cost_model import (Chip, KernelSpec, StreamCost, price_kernel, price_stream,
                                   price_super_kernel)
 
 FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))

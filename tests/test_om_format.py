@@ -1,6 +1,5 @@
 """Tests of om_format: schema, attributes, the container, and Netron opening our files."""
 import hashlib
-import json
 import os
 import re
 import struct
@@ -29,7 +28,7 @@ OM_DIR = os.path.join(os.path.dirname(HERE), "om_format")
 def test_committed_proto_files_are_generated_from_schema():
     for spec in (schema.GE_FILE, schema.TASK_FILE):
         with open(os.path.join(OM_DIR, spec["name"]), encoding="utf-8") as f:
-            assert f.read() == schema.proto_text(spec), f"regenerate with python -m om_format.schema"
+            assert f.read() == schema.proto_text(spec), "regenerate with python -m om_format.schema"
 
 
 def _field_numbers(descriptor, prefix=""):

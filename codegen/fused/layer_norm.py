@@ -18,7 +18,7 @@ import numpy as np
 
 from codegen.fused.gemm import ACTIVATIONS, gemm_compute, gemm_infer, gemm_work
 from codegen.ops.registry import OpDef, OpKind, TensorType, get_op, register
-from ge.errors import AtcError
+from ge.errors import invalid_attr
 
 OP_TYPE = "LayerNormMatMulFusionOp"
 
@@ -27,9 +27,8 @@ def _activation(attrs: dict) -> str:
     act = attrs.get("activation", "")
     act = act.decode() if isinstance(act, bytes) else str(act)
     if act not in ACTIVATIONS:
-        raise AtcError("E16004", f"Op [{OP_TYPE}] has attribute [activation] = [{act}] which is "
-                       f"invalid. Reason: it must be one of {sorted(ACTIVATIONS)}.",
-                       "Recompile the model with this version of atc_py.")
+        raise invalid_attr(OP_TYPE, "activation", act, f"it must be one of {sorted(ACTIVATIONS)}.",
+                           "Recompile the model with this version of atc_py.")
     return act
 
 

@@ -14,20 +14,13 @@ import numpy as np
 
 from codegen.ops.common import broadcast_result, no_work, present, same_as_input
 from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
-from ge.errors import AtcError
+from ge.errors import invalid_attr
 
 # ONNX TensorProto element types numpy can represent (Cast's "to" attribute).
 ONNX_TO_NUMPY = {
     1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
     7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64,
 }
-
-
-def bad_attr(op_type: str, attr: str, value, reason: str) -> AtcError:
-    """E16004: a node attribute the converter cannot honour (a graph problem, not a CLI one)."""
-    return AtcError("E16004", f"Op [{op_type}] has attribute [{attr}] = [{value}] which is invalid. "
-                    f"Reason: {reason}",
-                    f"Fix the {op_type} node in the ONNX model or re-export it.")
 
 
 def _is_float(dtype) -> bool:
@@ -187,7 +180,7 @@ def _gelu(x, a):
         c = float(np.sqrt(2 / np.pi))
         return 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x * x * x)))
     if approx != "none":
-        raise bad_attr("Gelu", "approximate", approx, "must be 'none' or 'tanh'")
+        raise invalid_attr("Gelu", "approximate", approx, "must be 'none' or 'tanh'")
     return (0.5 * x * (1 + erf(x * (1.0 / math.sqrt(2.0))))).astype(x.dtype)  # Python float: stays in x.dtype
 
 
@@ -245,7 +238,7 @@ _unary("IsNaN", lambda x, a: np.isnan(x), _work(alu=1), out_dtype=np.bool_, fp32
 def _cast_target(attrs) -> np.dtype:
     to = attrs.get("to")
     if to not in ONNX_TO_NUMPY:
-        raise bad_attr("Cast", "to", to, "not an ONNX element type the converter supports "
+        raise invalid_attr("Cast", "to", to, "not an ONNX element type the converter supports "
                        f"(supported: {sorted(ONNX_TO_NUMPY)})")
     return np.dtype(ONNX_TO_NUMPY[to])
 
@@ -305,7 +298,7 @@ def _pow(a, b, attrs):
 def _mod(a, b, attrs):
     fmod = int(attrs.get("fmod", 0))
     if _is_float(a.dtype) and not fmod:
-        raise bad_attr("Mod", "fmod", fmod, "floating-point Mod requires fmod=1")
+        raise invalid_attr("Mod", "fmod", fmod, "floating-point Mod requires fmod=1")
     return np.fmod(a, b) if fmod else np.mod(a, b)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from codegen.ops.common import normalize_axis, same_as_input
 from codegen.ops.registry import OpDef, OpKind, Work, register
-from ge.errors import AtcError
+from ge.errors import invalid_attr
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
@@ -24,8 +24,7 @@ def _axis(op_type: str, attrs: dict, rank: int, default: int) -> int:
     try:
         return normalize_axis(axis, rank)
     except ValueError as err:
-        raise AtcError("E16004", f"Op [{op_type}] has attribute [axis] = [{axis}] which is "
-                       f"invalid. Reason: {err}", f"Use an axis in [-{rank}, {rank - 1}].") from err
+        raise invalid_attr(op_type, "axis", axis, str(err), f"Use an axis in [-{rank}, {rank - 1}].") from err
 
 
 def _per_element(**counts):
@@ -89,9 +88,8 @@ def _channel_view(p: np.ndarray, rank: int) -> np.ndarray:
 
 def _batch_norm(inputs, attrs):
     if int(attrs.get("training_mode", 0)):
-        raise AtcError("E16004", "Op [BatchNormalization] has attribute [training_mode] = [1] "
-                       "which is invalid. Reason: only inference is supported.",
-                       "Export the model in eval mode (training_mode=0).")
+        raise invalid_attr("BatchNormalization", "training_mode", 1, "only inference is supported.",
+                           "Export the model in eval mode (training_mode=0).")
     x, scale, bias, mean, var = inputs[:5]
     eps = float(attrs.get("epsilon", 1e-5))
     rank = max(x.ndim, 2)
@@ -172,9 +170,8 @@ def _group_norm(inputs, attrs):
     groups = int(attrs["num_groups"]) if "num_groups" in attrs else 0
     n, c = x.shape[0], x.shape[1]
     if groups <= 0 or c % groups:
-        raise AtcError("E16004", f"Op [GroupNormalization] has attribute [num_groups] = "
-                       f"[{groups or None}] which is invalid. Reason: it must divide the "
-                       f"channel count {c}.", "Fix num_groups in the ONNX model.")
+        raise invalid_attr("GroupNormalization", "num_groups", groups or None,
+                           f"it must divide the channel count {c}.", "Fix num_groups in the ONNX model.")
     grouped = _f32(x).reshape((n, groups, -1))
     y = _standardize(grouped, (2,), float(attrs.get("epsilon", 1e-5))).reshape(x.shape)
     if scale.size == groups and groups != c:
@@ -194,9 +191,8 @@ register(OpDef(op_type="GroupNormalization", kind=OpKind.OPAQUE, compute=_group_
 def _lrn(inputs, attrs):
     x = inputs[0]
     if "size" not in attrs or int(attrs["size"]) < 1:
-        raise AtcError("E16004", f"Op [LRN] has attribute [size] = [{attrs.get('size')}] which "
-                       "is invalid. Reason: a positive window size is required.",
-                       "Set LRN's size in the ONNX model.")
+        raise invalid_attr("LRN", "size", attrs.get("size"), "a positive window size is required.",
+                           "Set LRN's size in the ONNX model.")
     size = int(attrs["size"])
     alpha, beta, bias = (float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)),
                          float(attrs.get("bias", 1.0)))

@@ -13,7 +13,7 @@ import numpy as np
 
 from codegen.ops.common import normalize_axes, normalize_axis
 from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
-from ge.errors import AtcError
+from ge.errors import invalid_attr
 
 
 def _axes_of(op_type: str, attrs: dict, rank: int) -> Optional[tuple]:
@@ -28,8 +28,7 @@ def _axes_of(op_type: str, attrs: dict, rank: int) -> Optional[tuple]:
     try:
         normalized = normalize_axes(axes, rank)
     except ValueError as err:
-        raise AtcError("E16004", f"Op [{op_type}] has attribute [axes] = [{list(axes)}] which is "
-                       f"invalid. Reason: {err}", f"Use axes in [-{rank}, {rank - 1}].") from err
+        raise invalid_attr(op_type, "axes", list(axes), str(err), f"Use axes in [-{rank}, {rank - 1}].") from err
     return tuple(normalized)
 
 
@@ -162,8 +161,7 @@ def _make_arg(op_type: str, np_arg) -> OpDef:
         try:
             return normalize_axis(axis, rank)
         except ValueError as err:
-            raise AtcError("E16004", f"Op [{op_type}] has attribute [axis] = [{axis}] which is "
-                           f"invalid. Reason: {err}", f"Use an axis in [-{rank}, {rank - 1}].") from err
+            raise invalid_attr(op_type, "axis", axis, str(err), f"Use an axis in [-{rank}, {rank - 1}].") from err
 
     def compute(inputs, attrs):
         x = inputs[0]

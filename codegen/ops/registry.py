@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -118,7 +118,7 @@ def register(op: OpDef) -> OpDef:
 def _load_all() -> None:
     # Importing the packages registers every op module (see their __init__.py).
     import codegen.ops  # noqa: F401
-    import codegen.fused  # noqa: F401
+    import codegen.fused  # noqa: F401  (registers the fused kernels)
 
 
 def get_op(op_type: str) -> Optional[OpDef]:
