@@ -6,16 +6,19 @@ a KeyError.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from codegen.ops.registry import op_by_om_type
+from codegen.ops.registry import TensorType, op_by_om_type
 from ge.errors import AtcError
 from ge.ir import Graph, Node, TensorDesc, Value
 from om_format import attrs as om_attrs
 from om_format.container import OmFile, PartitionType, load_model_def, load_task_def, read_om
 
+MAX_TENSOR_BYTES = (1 << 63) - 1   # GE's TensorDescriptor.size is an int64
+FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 _PRIVATE_ATTRS = ("original_op_names", "_fusion_pass", "_compute_dtype", "_input_slots", "relu_flag",
                   "_super_kernel")
 
@@ -42,7 +45,64 @@ def _desc(td) -> TensorDesc:
     dims = tuple(int(d) for d in td.shape.dim)
     if any(d < 0 for d in dims):
         raise _bad(f"Tensor [{td.name}] has a negative dim {list(dims)}.")
+    if math.prod(dims) * dtype.itemsize > MAX_TENSOR_BYTES:
+        raise _bad(f"Tensor [{td.name}] of shape {list(dims)} would take more than {MAX_TENSOR_BYTES} bytes.")
     return TensorDesc(dtype, dims, td.layout or "ND")
+
+
+def _text(attrs: dict, key: str, where: str) -> str:
+    value = attrs.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise _bad(f"Op [{where}] has attribute {key} of the wrong kind ({type(value).__name__}).")
+    return str(value)
+
+
+def _names(attrs: dict, key: str, where: str) -> list:
+    value = attrs.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _bad(f"Op [{where}] has attribute {key} of the wrong kind: expected a list of strings.")
+    return list(value)
+
+
+def _compute_dtype(node: Node, recorded) -> np.dtype:
+    """The dtype the kernel computes in: a float type whenever the kernel touches floats
+    (what om_builder writes); anything else would make numpy kernels fail at run time."""
+    if recorded is not None and not isinstance(recorded, (str, np.dtype)):
+        raise _bad(f"Op [{node.name}] has an invalid _compute_dtype {recorded!r}.")
+    try:
+        dtype = np.dtype(recorded or (node.outputs[0].desc.dtype if node.outputs else np.float32))
+    except TypeError:
+        raise _bad(f"Op [{node.name}] has an invalid _compute_dtype {recorded!r}.")
+    tensors = [v for v in list(node.inputs) + node.outputs if v is not None]
+    if any(np.dtype(v.desc.dtype) in FLOAT_TYPES for v in tensors) and dtype not in FLOAT_TYPES:
+        raise _bad(f"Op [{node.name}] computes float tensors in {dtype}, which is not a float type.")
+    return dtype
+
+
+def _check_types(node: Node, opdef) -> None:
+    """Re-run the registry's shape rule: the recorded attributes and input types must give
+    exactly the recorded output types, else a kernel would fail (or lie) at run time."""
+    if not node.outputs:
+        raise _bad(f"Op [{node.name}] ({node.op_type}) has no output_desc.")
+    types = [None if v is None else TensorType(np.dtype(v.desc.dtype), tuple(v.desc.shape)) for v in node.inputs]
+    try:
+        inferred = opdef.infer(types, node.attrs)
+    except Exception as exc:   # AtcError or whatever a rule raises on attributes it never expected
+        message = exc.message if isinstance(exc, AtcError) else f"{type(exc).__name__}: {exc}"
+        raise _bad(f"Op [{node.name}] ({node.op_type}) does not accept its recorded inputs and "
+                   f"attributes: {message}")
+    if len(inferred) < len(node.outputs):
+        raise _bad(f"Op [{node.name}] ({node.op_type}) records {len(node.outputs)} outputs, "
+                   f"the kernel produces {len(inferred)}.")
+    for value, ttype in zip(node.outputs, inferred):
+        if np.dtype(ttype.dtype) != np.dtype(value.desc.dtype) or tuple(ttype.shape) != tuple(value.desc.shape):
+            raise _bad(f"Op [{node.name}] ({node.op_type}) records output [{value.name}] as "
+                       f"{np.dtype(value.desc.dtype)} {list(value.desc.shape)}, but its inputs and "
+                       f"attributes give {np.dtype(ttype.dtype)} {list(ttype.shape)}.")
 
 
 def load_om_graph(path) -> LoadedOm:
@@ -88,6 +148,8 @@ def load_om_graph(path) -> LoadedOm:
             slots = attrs.get("_input_slots")
             inputs = [lookup(ref, op.name) for ref in op.input]
             if slots:
+                if not isinstance(slots, list) or not all(isinstance(s, int) for s in slots):
+                    raise _bad(f"Op [{op.name}] has malformed _input_slots {slots}.")
                 total, positions = -int(slots[-1]), [int(s) for s in slots[:-1]]
                 if len(positions) != len(inputs) or total > 64 or any(not 0 <= p < total for p in positions):
                     raise _bad(f"Op [{op.name}] has malformed _input_slots {slots}.")
@@ -96,23 +158,20 @@ def load_om_graph(path) -> LoadedOm:
                     placed[position] = value
                 inputs = placed
             out_values = [Value(td.name or f"{op.name}:{i}", _desc(td)) for i, td in enumerate(op.output_desc)]
-            provenance = {"origin": list(attrs.get("original_op_names") or [op.name])}
-            if attrs.get("_fusion_pass"):
-                provenance["pass"] = attrs["_fusion_pass"]
-            if attrs.get("_super_kernel"):
-                provenance["super_kernel"] = str(attrs["_super_kernel"])
+            provenance = {"origin": _names(attrs, "original_op_names", op.name) or [op.name]}
+            for key, field in (("_fusion_pass", "pass"), ("_super_kernel", "super_kernel")):
+                if _text(attrs, key, op.name):
+                    provenance[field] = _text(attrs, key, op.name)
             node_attrs = {k: v for k, v in attrs.items() if k not in _PRIVATE_ATTRS}
             node = Node(opdef.op_type, inputs, out_values, node_attrs, name=op.name, provenance=provenance)
             graph.add_node(node)
-            try:
-                compute_dtypes[op.name] = np.dtype(attrs.get("_compute_dtype") or out_values[0].desc.dtype)
-            except TypeError:
-                raise _bad(f"Op [{op.name}] has an invalid _compute_dtype.")
+            compute_dtypes[op.name] = _compute_dtype(node, attrs.get("_compute_dtype"))
+            _check_types(node, opdef)
             for i, value in enumerate(out_values):
                 outputs[f"{op.name}:{i}"] = value
     if net_output is None:
         raise _bad("The graph has no NetOutput op.")
-    names = om_attrs.get_attrs(net_output.attr).get("_output_names") or []
+    names = _names(om_attrs.get_attrs(net_output.attr), "_output_names", net_output.name)
     for i, ref in enumerate(net_output.input):
         value = lookup(ref, "NetOutput")
         graph.outputs.append(value)

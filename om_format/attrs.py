@@ -30,6 +30,7 @@ not valid UTF-8 comes back as bytes.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -135,7 +136,7 @@ def tensor_from_def(t: TensorDef, weights: Optional[bytes] = None) -> np.ndarray
                            f"outside the {len(weights)}-byte weights partition.",
                            "Regenerate the .om file.")
         data = weights[start:start + size]
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)   # exact: an int64 product can wrap around to match len(data)
     if any(d < 0 for d in shape) or len(data) != count * dtype.itemsize:
         raise AtcError("E10003", f"Tensor '{desc.name}' has {len(data)} data bytes, shape "
                        f"{list(shape)} of {dtype} needs {max(count, 0) * dtype.itemsize}.",

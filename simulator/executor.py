@@ -69,6 +69,9 @@ def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.
             results = op.compute(args, node.attrs)
         except AtcError as err:
             raise at_node(err, node.name, node.op_type)
+        except Exception as exc:   # attributes or inputs the kernel cannot handle: name the kernel
+            raise AtcError("E19999", f"Kernel [{node.name}] ({node.op_type}) failed: {type(exc).__name__}: "
+                           f"{exc}", "Report this model.") from exc
         if on_kernel is not None:
             on_kernel(node)
         for value, result in zip(node.outputs, results):

@@ -228,6 +228,20 @@ def default_batchsize(graph: Graph) -> int:
     return int(shape[0]) if shape and int(shape[0]) > 0 else 1
 
 
+def _as_recorded(model: Model, step, *args):
+    """Run a step on the graph as the .om records it.  The loader checked every reference and
+    shape, so a kernel or price that still fails means attributes the file should not hold:
+    a damaged (or foreign) .om, reported as E10003 with the kernel's own message."""
+    try:
+        return step(*args)
+    except AtcError as err:
+        if err.code != "E19999":
+            raise
+        raise AtcError("E10003", f"The model [{model.path}] cannot be run as recorded: {err.message}",
+                       "The .om is damaged or was written by another atc version: regenerate it with atc. "
+                       "If atc has just written it, report the model.") from err
+
+
 def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
         batchsize: Optional[int] = None) -> RunResult:
     """`warmup_count` untimed forwards, then `loop` timed ones."""
@@ -235,13 +249,13 @@ def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
         raise AtcError("E10001", f"--loop must be >= 1 and --warmup_count >= 0 (got {loop}, {warmup_count}).",
                        "Pass --loop=1 or more.")
     for _ in range(warmup_count):
-        run_graph(model.graph, feeds, model.dtype_of)
+        _as_recorded(model, run_graph, model.graph, feeds, model.dtype_of)
     host, outputs = [], {}
     for _ in range(loop):
         t0 = time.perf_counter()
-        outputs = run_graph(model.graph, feeds, model.dtype_of)
+        outputs = _as_recorded(model, run_graph, model.graph, feeds, model.dtype_of)
         host.append((time.perf_counter() - t0) * 1e3)
-    timings = simulate_tasks(model)
+    timings = _as_recorded(model, simulate_tasks, model)
     npu_ms = sum(t.duration_us for t in timings) / 1e3
     bs = batchsize if batchsize else default_batchsize(model.graph)
     npu = stats_ms([npu_ms] * loop)
