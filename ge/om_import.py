@@ -6,7 +6,6 @@ a KeyError.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,10 +13,10 @@ import numpy as np
 from codegen.ops.registry import TensorType, op_by_om_type
 from ge.errors import AtcError
 from ge.ir import Graph, Node, TensorDesc, Value
+from ge.limits import MAX_TENSOR_BYTES, too_large
 from om_format import attrs as om_attrs
 from om_format.container import OmFile, PartitionType, load_model_def, load_task_def, read_om
 
-MAX_TENSOR_BYTES = (1 << 63) - 1   # GE's TensorDescriptor.size is an int64
 FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 _PRIVATE_ATTRS = ("original_op_names", "_fusion_pass", "_compute_dtype", "_input_slots", "relu_flag",
                   "_super_kernel")
@@ -45,7 +44,7 @@ def _desc(td) -> TensorDesc:
     dims = tuple(int(d) for d in td.shape.dim)
     if any(d < 0 for d in dims):
         raise _bad(f"Tensor [{td.name}] has a negative dim {list(dims)}.")
-    if math.prod(dims) * dtype.itemsize > MAX_TENSOR_BYTES:
+    if too_large(dims, dtype):
         raise _bad(f"Tensor [{td.name}] of shape {list(dims)} would take more than {MAX_TENSOR_BYTES} bytes.")
     return TensorDesc(dtype, dims, td.layout or "ND")
 

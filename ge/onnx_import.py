@@ -9,6 +9,7 @@ opsets are resolved later by `ge.passes.infer_and_fold` (canonical form).
 from __future__ import annotations
 
 import os
+import re
 from typing import Optional
 
 import numpy as np
@@ -16,7 +17,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ge.errors import AtcError
+from om_format.attrs import to_ge_dtype
 from ge.ir import Graph, Node, TensorDesc, Value
+from ge.limits import MAX_TENSOR_BYTES, too_large
 
 MIN_OPSET, MAX_OPSET = 13, 21
 _MAX_EXTERNAL_BYTES = 1 << 40
@@ -125,6 +128,25 @@ def normalize_opset(model: onnx.ModelProto) -> onnx.ModelProto:
                    f"Export the model with opset {MIN_OPSET}..{MAX_OPSET}.")
 
 
+def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
+    """An initializer or constant as numpy, after checking its dims and data size: the dims
+    and bytes come from the file and may disagree (numpy would reshape with -1, or fail)."""
+    dims = [int(d) for d in tensor.dims]
+    dtype = onnx_dtype(tensor.data_type)
+    if any(d < 0 for d in dims) or too_large(dims, dtype):
+        raise AtcError("E16001", f"Tensor [{tensor.name}] has invalid dims {dims} (negative, or more than "
+                       f"{MAX_TENSOR_BYTES} bytes).", "Check the model with onnx.checker.")
+    try:
+        array = numpy_helper.to_array(tensor)
+    except Exception as exc:   # raw_data or *_data of the wrong length, unknown storage
+        raise AtcError("E16001", f"Tensor [{tensor.name}] ({dtype}, dims {dims}) has data that does not match "
+                       f"its dims: {exc}.", "Check the model with onnx.checker or re-export it.") from None
+    if tuple(array.shape) != tuple(dims):
+        raise AtcError("E16001", f"Tensor [{tensor.name}] holds shape {list(array.shape)}, its dims say {dims}.",
+                       "Check the model with onnx.checker or re-export it.")
+    return array
+
+
 def attribute_value(attr: onnx.AttributeProto):
     """ONNX attribute -> plain Python value (str for strings, numpy arrays for tensors)."""
     if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
@@ -134,10 +156,10 @@ def attribute_value(attr: onnx.AttributeProto):
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     if isinstance(value, onnx.TensorProto):
-        return numpy_helper.to_array(value)
+        return tensor_array(value)
     if isinstance(value, list):
         return [v.decode("utf-8", "replace") if isinstance(v, bytes) else
-                numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in value]
+                tensor_array(v) if isinstance(v, onnx.TensorProto) else v for v in value]
     return value
 
 
@@ -160,11 +182,17 @@ def _value_desc(value_info: onnx.ValueInfoProto) -> TensorDesc:
     if not value_info.type.HasField("tensor_type"):
         raise AtcError("E16001", f"Value [{value_info.name}] is not a tensor; sequences and maps are "
                        "not supported.", "Export the model with tensor inputs and outputs only.")
+    dtype = onnx_dtype(ttype.elem_type)
+    try:
+        to_ge_dtype(dtype)
+    except ValueError:
+        raise AtcError("E16001", f"Value [{value_info.name}] has element type {dtype}, which an .om cannot "
+                       "hold (no ge DataType).", "Use float, integer or bool inputs and outputs.") from None
     shape = None
     if ttype.HasField("shape"):
         shape = tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
                       for d in ttype.shape.dim)
-    return TensorDesc(onnx_dtype(ttype.elem_type), shape, "ND")
+    return TensorDesc(dtype, shape, "ND")
 
 
 def parse_input_shape(text: str) -> dict[str, list[int]]:
@@ -177,7 +205,7 @@ def parse_input_shape(text: str) -> dict[str, list[int]]:
                            f"[{item}] is not of the form name:d1,d2,...",
                            'Use --input_shape="input_name1:n1,c1,h1,w1;input_name2:n2,c2,h2,w2".')
         try:
-            parsed = [int(d) for d in dims.split(",")] if dims.strip() else []
+            parsed = [_dim(d) for d in dims.split(",")] if dims.strip() else []
         except ValueError:
             raise AtcError("E10002", f"Value [{text}] for parameter [--input_shape] is invalid. Reason: "
                            f"dims [{dims}] of input [{name}] are not integers.",
@@ -186,8 +214,19 @@ def parse_input_shape(text: str) -> dict[str, list[int]]:
             raise AtcError("E10011", f"Value [{text}] for parameter [--input_shape] is invalid. Reason: "
                            f"input [{name}] has a dim that is 0 or below -1.",
                            "Each dim must be a positive integer (-1 marks a dynamic dim).")
+        if name in shapes and shapes[name] != parsed:
+            raise AtcError("E10002", f"Value [{text}] for parameter [--input_shape] is invalid. Reason: input "
+                           f"[{name}] is given twice with different dims.", "Give each input once.")
         shapes[name] = parsed
     return shapes
+
+
+def _dim(text: str) -> int:
+    """One --input_shape dim: ASCII digits with an optional '-' (int() would also take '1_0', '２')."""
+    text = text.strip()
+    if not re.fullmatch(r"-?[0-9]{1,19}", text):
+        raise ValueError(text)
+    return int(text)
 
 
 def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[int]]] = None,
@@ -199,12 +238,18 @@ def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[i
     graph.opset = default_opset(model)
     values: dict[str, Value] = {}
 
+    if not onnx_graph.output:
+        raise AtcError("E16001", "The model's graph has no outputs.", "Check the model with onnx.checker.")
     for init in onnx_graph.initializer:
-        values[init.name] = Value(init.name, const=numpy_helper.to_array(init))
+        if init.name in values:
+            raise AtcError("E16001", f"Initializer [{init.name}] is defined twice.", "Check the model with onnx.checker.")
+        values[init.name] = Value(init.name, const=tensor_array(init))
     graph.reserve_names(values)
     for info in onnx_graph.input:
-        if info.name in values:  # old-style input that is also an initializer: a constant
+        if info.name in values and values[info.name].is_const:  # old-style input that is also an initializer
             continue
+        if info.name in values:
+            raise AtcError("E16001", f"Graph input [{info.name}] is listed twice.", "Check the model with onnx.checker.")
         desc = _value_desc(info)
         desc.format = input_format if desc.shape is not None and len(desc.shape) == 4 else "ND"
         value = Value(info.name, desc)
@@ -222,6 +267,7 @@ def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[i
             if out and out in values:
                 raise AtcError("E16001", f"Value [{out}] is defined twice (node [{onnx_node.name}]).",
                                "Check the model with onnx.checker.")
+        _check_schema(onnx_node, graph.opset, index)
         if onnx_node.op_type == "Constant":
             values[onnx_node.output[0]] = Value(onnx_node.output[0], const=_constant_value(onnx_node))
             continue
@@ -258,6 +304,28 @@ def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[i
     return graph
 
 
+def _check_schema(node: onnx.NodeProto, opset: int, index: int) -> None:
+    """Input/output counts and attribute types as the ONNX op schema states them, so a node
+    onnxruntime would refuse does not compile into a kernel that reads past its inputs."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except Exception:   # not an ONNX op: the registry decides (E16002 if unsupported)
+        return
+    name = node.name or f"{node.op_type}_{index}"
+    for what, count, low, high in (("inputs", len(node.input), schema.min_input, schema.max_input),
+                                   ("outputs", len(node.output), schema.min_output, schema.max_output)):
+        if not low <= count <= high:
+            raise AtcError("E16001", f"Node [{name}] ({node.op_type}) has {count} {what}; opset {opset} allows "
+                           f"{low} to {high}.", "Check the model with onnx.checker.")
+    for attr in node.attribute:
+        spec = schema.attributes.get(attr.name)
+        if spec is not None and attr.type != spec.type.value:
+            raise AtcError("E16004", f"Op [{node.op_type}] has attribute [{attr.name}] of type "
+                           f"{onnx.AttributeProto.AttributeType.Name(attr.type)} which is invalid. Reason: node "
+                           f"[{name}] needs {onnx.AttributeProto.AttributeType.Name(spec.type.value)}.",
+                           f"Fix the {node.op_type} node in the ONNX model or re-export it.")
+
+
 def _apply_input_shapes(graph: Graph, input_shapes: dict[str, list[int]]) -> None:
     by_name = {v.name: v for v in graph.inputs}
     for name, dims in input_shapes.items():
@@ -282,6 +350,10 @@ def _apply_input_shapes(graph: Graph, input_shapes: dict[str, list[int]]) -> Non
                     raise AtcError("E10011", f"Value [{name}:{','.join(map(str, dims))}] for parameter "
                                    f"[--input_shape] is invalid. Reason: axis {axis} of the input is fixed "
                                    f"to {was} by the model.", "Only dynamic dims can be set.")
+        if too_large(dims, value.desc.dtype):
+            raise AtcError("E10011", f"Value [{name}:{','.join(map(str, dims))}] for parameter [--input_shape] "
+                           f"is invalid. Reason: the input would take more than {MAX_TENSOR_BYTES} bytes.",
+                           "Give smaller dims.")
         value.desc.shape = tuple(dims)
     for value in graph.inputs:
         shape = value.desc.shape
@@ -294,3 +366,6 @@ def _apply_input_shapes(graph: Graph, input_shapes: dict[str, list[int]]) -> Non
             raise AtcError("E10001", f"Value [] for parameter [--input_shape] is invalid. Reason: model "
                            f"input [{value.name}] has dynamic shape [{dims}].",
                            f'Fix it with --input_shape="{value.name}:{example}" (your sizes).')
+        if too_large(shape, value.desc.dtype):
+            raise AtcError("E16001", f"Model input [{value.name}] of shape {list(shape)} would take more than "
+                           f"{MAX_TENSOR_BYTES} bytes.", "Check the model's input dims.")

@@ -14,6 +14,7 @@ import numpy as np
 from codegen.ops.registry import OpDef, TensorType, get_op
 from ge.errors import AtcError, at_node
 from ge.ir import Graph, Node, TensorDesc
+from ge.limits import MAX_TENSOR_BYTES, too_large
 
 _SHAPE_ONLY_OPS = {"Shape", "Size"}
 # Folding these would only copy large constants into the weights; keep them as kernels.
@@ -114,9 +115,20 @@ def run(graph: Graph) -> int:
             raise AtcError("E16004", f"Node [{node.name}] ({node.op_type}) declares {len(node.outputs)} "
                            f"outputs but produces {len(types)}.", "Check the model.")
         for value, ttype in zip(node.outputs, types):
+            _check_shape(node, value, ttype)
             fmt = value.desc.format if value.desc.format != "ND" else _format_of(node, len(ttype.shape))
             value.desc = TensorDesc(np.dtype(ttype.dtype), tuple(int(d) for d in ttype.shape), fmt)
     return folded
+
+
+def _check_shape(node: Node, value, ttype: TensorType) -> None:
+    """A shape rule fed odd attributes (negative pads, huge repeats) may give a negative dim or
+    a tensor no int64 can size; that is the model's problem, not an internal error."""
+    shape = [int(d) for d in ttype.shape]
+    if any(d < 0 for d in shape) or too_large(shape, ttype.dtype):
+        raise AtcError("E16004", f"Node [{node.name}] ({node.op_type}) gives output [{value.name}] the shape "
+                       f"{shape} (a negative dim, or more than {MAX_TENSOR_BYTES} bytes).",
+                       "Check the node's attributes and input shapes.")
 
 
 def _format_of(node: Node, rank: int) -> str:
