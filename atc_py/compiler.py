@@ -35,7 +35,11 @@ def apply_out_nodes(graph: Graph, spec: str) -> None:
     if not spec:
         return
     outputs = []
-    for item in filter(None, (s.strip() for s in spec.split(";"))):
+    items = [s.strip() for s in spec.split(";") if s.strip()]
+    if not items:
+        raise AtcError("E10001", f"Value [{spec}] for parameter [--out_nodes] is invalid. Reason: it names no "
+                       "node output.", 'Use --out_nodes="node1:0;node2:1", or leave it out.')
+    for item in items:
         name, sep, index = item.rpartition(":")
         if not sep or not name or not index.strip().isdigit():
             raise AtcError("E10001", f"Value [{spec}] for parameter [--out_nodes] is invalid. Reason: [{item}] "

@@ -13,6 +13,12 @@ def run(options: AtcOptions) -> None:
 
 
 def _ensure_parent(path: str, param: str) -> None:
+    """An output file path must be given, not be a folder, and have an existing folder."""
+    if not path:
+        raise AtcError("E10004", f"Value for {param} is empty.", f"Pass {param}=<file>.")
+    if path.endswith(("/", os.sep)) or os.path.isdir(path):
+        raise AtcError("E10022", f"Value [{path}] for parameter [{param}] is invalid. Reason: it is a directory; "
+                       "give a file path.", f"For example {param}=out/result.json.")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise AtcError("E10001", f"Value [{path}] for parameter [{param}] is invalid. Reason: the folder "
@@ -39,10 +45,10 @@ def generate_om(options: AtcOptions) -> None:
         write_om(options.om_path, result.partitions.as_dict(), name=os.path.basename(options.output),
                  ops=len(result.graph.nodes), platform_version=options.soc_version)
         report.write_companions(result, options, log)
-    except OSError as exc:
+    except (OSError, AtcError) as exc:   # companions raise AtcError (write_json_atomic)
         if os.path.exists(options.om_path):
             os.unlink(options.om_path)
-        raise cannot_write(exc)
+        raise cannot_write(exc) if isinstance(exc, OSError) else exc
 
 
 def om_to_json(options: AtcOptions) -> None:

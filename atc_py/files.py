@@ -15,6 +15,8 @@ def write_json_atomic(path: str, content) -> None:
             json.dump(content, f, indent=2)
             f.write("\n")
         os.replace(tmp, path)
+    except OSError as exc:
+        raise cannot_write(exc) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -39,6 +39,10 @@ class AtcOptions:
 
     def validate(self) -> None:
         """Check every option that the chosen mode uses; raise the first AtcError found."""
+        for name in ("model", "output", "om", "json", "check_report", "fusion_switch_file"):
+            if "\0" in getattr(self, name):
+                raise invalid_param(getattr(self, name).replace("\0", "\\0"), f"--{name}",
+                                    "it contains a NUL character, which no file path can hold.")
         if self.mode not in MODES:
             raise invalid_param(self.mode, "--mode", f"it must be one of {', '.join(MODES)} "
                                 f"({'; '.join(f'{k}: {v}' for k, v in MODES.items())}).")
