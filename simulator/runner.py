@@ -10,6 +10,7 @@ never unpickled.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -112,6 +113,7 @@ def _read_file(path: str, value: Value) -> np.ndarray:
             raise _input_error(path, f"it has {data.size} bytes; input [{value.name}] ({dtype}, "
                                f"{list(value.desc.shape)}) needs {expected}.", "Write the raw tensor bytes.")
         return data.view(dtype).reshape(value.desc.shape)
+    _check_npy_header(path, value)
     try:
         array = np.load(path, allow_pickle=False)
     except ValueError as exc:
@@ -123,13 +125,35 @@ def _read_file(path: str, value: Value) -> np.ndarray:
         raise _input_error(path, "it is an .npz archive, not one .npy array.", "Give one .npy file per input.")
     if array.dtype.hasobject or array.dtype.fields is not None:
         raise _input_error(path, f"dtype {array.dtype} is not a plain numeric type.", "Save a numeric array.")
+    if array.dtype.byteorder == ">":   # same values, other byte order: the kernels want native
+        array = array.astype(array.dtype.newbyteorder("="))
     return array
+
+
+def _check_npy_header(path: str, value: Value) -> None:
+    """Read only the .npy header and check its shape against the model input and the file
+    size before numpy allocates what the header claims (never trust a size from a file)."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_2_0 if version >= (2, 0) else np.lib.format.read_array_header_1_0
+            shape, _, dtype = read(f)
+            data_bytes = os.fstat(f.fileno()).st_size - f.tell()
+    except Exception:   # not an .npy at all, or an npz: np.load below says what it is
+        return
+    if tuple(shape) != tuple(value.desc.shape):
+        raise _input_error(path, f"shape {list(shape)}; input [{value.name}] has shape {list(value.desc.shape)}.",
+                           "Give inputs of the compiled shape.")
+    if not dtype.hasobject and data_bytes < math.prod(shape) * dtype.itemsize:
+        raise _input_error(path, f"its header promises {math.prod(shape) * dtype.itemsize} data bytes, the file "
+                           f"holds {data_bytes} (truncated).", "Save the input again with np.save.")
 
 
 def _files_for(spec: str, graph: Graph) -> list:
     names = [v.name for v in graph.inputs]
     if os.path.isdir(spec):
-        files = sorted(f for f in os.listdir(spec) if f.lower().endswith((".npy", ".bin")))
+        files = sorted(f for f in os.listdir(spec) if f.lower().endswith((".npy", ".bin"))
+                       and os.path.isfile(os.path.join(spec, f)))
         by_name = {os.path.splitext(f)[0]: f for f in files}
         if all(safe_name(n) in by_name for n in names):
             return [os.path.join(spec, by_name[safe_name(n)]) for n in names]
