@@ -301,7 +301,36 @@ def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[i
             raise AtcError("E16001", f"Graph output [{info.name}] is not produced.", "Check the model.")
         graph.outputs.append(values[info.name])
     graph.topological_sort()
+    check_types(model)
     return graph
+
+
+_TYPE_CHECK_INLINE_BYTES = 4096   # initializers up to this size stay (shape constants fold)
+
+
+def check_types(model: onnx.ModelProto) -> None:
+    """ONNX's own strict type and shape check (what onnxruntime refuses, e.g. Add of float and
+    int64).  Large initializers are handed over as typed inputs, so the check does not copy
+    the weights; small ones stay so shape-computing chains still fold."""
+    light = onnx.ModelProto()
+    light.CopyFrom(onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import))
+    light.graph.name = model.graph.name
+    light.graph.node.extend(model.graph.node)
+    light.graph.output.extend(model.graph.output)
+    names = {i.name for i in model.graph.input}
+    light.graph.input.extend(model.graph.input)
+    for init in model.graph.initializer:
+        size = int(np.prod(init.dims, dtype=np.int64)) if init.dims else 1
+        if size * 8 <= _TYPE_CHECK_INLINE_BYTES or init.data_type == onnx.TensorProto.INT64:
+            light.graph.initializer.append(init)
+        elif init.name not in names:
+            light.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    try:
+        onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as exc:   # onnx raises InferenceError / ValidationError with the node named
+        text = " ".join(str(exc).split())
+        raise AtcError("E16004", f"The model fails ONNX's type and shape check: {text[:600]}",
+                       "Fix the node it names (onnxruntime refuses this model too) or re-export the model.")
 
 
 def _check_schema(node: onnx.NodeProto, opset: int, index: int) -> None:

@@ -169,4 +169,30 @@ def test_kernel_errors_name_the_node():
     model = model_of([node], [fvi("x", [2, 3])], [fvi("y", None)])
     with pytest.raises(AtcError) as err:
         lower(model)
-    assert err.value.code == "E16004" and "[bad_softmax]" in err.value.message
+    assert err.value.code == "E16004" and "bad_softmax" in err.value.message
+
+
+def test_run_time_kernel_errors_name_the_node():
+    from helpers import run_ir
+    node = helper.make_node("LRN", ["x"], ["y"], size=-3, name="bad_lrn")
+    model = model_of([node], [fvi("x", [1, 2, 3, 3])], [fvi("y", None)])
+    graph = lower(model)
+    with pytest.raises(AtcError) as err:
+        run_ir(graph, {"x": np.zeros((1, 2, 3, 3), np.float32)})
+    assert err.value.code == "E16004" and "[bad_lrn]" in err.value.message
+
+
+@pytest.mark.parametrize("case", ["add_float_int", "softmax_int"])
+def test_type_errors_onnxruntime_refuses_are_refused(case):
+    if case == "add_float_int":
+        nodes = [helper.make_node("Add", ["x", "k"], ["y"], name="mixed_add")]
+        inits = [ints("k", [1, 2, 3])]
+        inputs = [fvi("x", [3])]
+    else:
+        nodes = [helper.make_node("Softmax", ["x"], ["y"], name="int_softmax")]
+        inits, inputs = [], [fvi("x", [3], TensorProto.INT64)]
+    model = model_of(nodes, inputs, [fvi("y", None)], inits)
+    with pytest.raises(AtcError) as err:
+        lower(model)
+    assert err.value.code == "E16004"
+    assert ("mixed_add" if case == "add_float_int" else "int_softmax") in err.value.message
