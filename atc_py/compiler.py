@@ -51,6 +51,9 @@ def apply_out_nodes(graph: Graph, spec: str) -> None:
         if int(index) >= len(node.outputs):
             raise AtcError("E10016", f"Node [{name}] in [--out_nodes] has {len(node.outputs)} output(s); "
                            f"index {index} does not exist.", "Use an output index of the node.")
+        if any(v is node.outputs[int(index)] for v in outputs):
+            raise AtcError("E10001", f"Value [{spec}] for parameter [--out_nodes] is invalid. Reason: [{item}] "
+                           "is named twice.", "Name each node output once.")
         outputs.append(node.outputs[int(index)])
     graph.outputs = outputs
     dead_code.run(graph)

@@ -399,3 +399,11 @@ def _grouped_conv_path(tmp_path):
     model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]),
                               opset_imports=[helper.make_opsetid("", 17)])
     return _save(model, tmp_path / "g2.onnx")
+
+
+def test_out_nodes_named_twice_is_refused(capsys, tmp_path, seed_model):
+    relu = next(n.name for n in onnx.load(seed_model).graph.node if n.op_type == "Relu")
+    out = tmp_path / "y"
+    rc, text = run_atc(capsys, *compile_args(seed_model, out, f"--out_nodes={relu}:0;{relu}:0"))
+    assert_failed(rc, text, "E10001", f"{out}.om")
+    assert "named twice" in text
