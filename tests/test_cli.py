@@ -407,3 +407,21 @@ def test_out_nodes_named_twice_is_refused(capsys, tmp_path, seed_model):
     rc, text = run_atc(capsys, *compile_args(seed_model, out, f"--out_nodes={relu}:0;{relu}:0"))
     assert_failed(rc, text, "E10001", f"{out}.om")
     assert "named twice" in text
+
+
+@pytest.mark.parametrize("name", ["efficientnet_b4", "bert_base", "gpt2"])
+def test_builds_are_deterministic_across_processes(tmp_path, name):
+    """Same input, same bytes: autofuse's JSON sub-graphs, MHA packing and the weights layout
+    included.  Two processes with different hash seeds, so no set or dict order can leak in."""
+    import subprocess
+    import sys
+    model = zoo.save(name, str(tmp_path), small=True)
+    blobs = []
+    for seed in ("1", "2"):
+        out = tmp_path / seed / "m"
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(cli.__file__), "cli.py"),
+                               *compile_args(model, out)], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        blobs.append((tmp_path / seed / "m.om").read_bytes())
+    assert blobs[0] == blobs[1]
