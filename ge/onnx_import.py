@@ -9,6 +9,7 @@ opsets are resolved later by `ge.passes.infer_and_fold` (canonical form).
 from __future__ import annotations
 
 import os
+from collections import Counter
 import re
 from typing import Optional
 
@@ -258,6 +259,13 @@ def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[i
     _apply_input_shapes(graph, input_shapes or {})
     graph.reserve_names(values)
 
+    explicit = [n.name for n in onnx_graph.node if n.name]
+    counts = Counter(explicit)
+    if len(counts) != len(explicit):
+        twice = sorted(n for n, c in counts.items() if c > 1)[:5]
+        raise AtcError("E16001", f"Node name(s) {twice} are used by more than one node.",
+                       "Give every node a unique name (onnxruntime refuses this model too).")
+    graph.reserve_names(explicit)
     for index, onnx_node in enumerate(onnx_graph.node):
         if onnx_node.domain not in ("", "ai.onnx"):
             raise AtcError("E16002", f"Node [{onnx_node.name or index}] has op type "
@@ -275,11 +283,11 @@ def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[i
         for value in outputs:
             values[value.name] = value
         attrs = {attr.name: attribute_value(attr) for attr in onnx_node.attribute}
-        node = Node(onnx_node.op_type, [], outputs, attrs, name=onnx_node.name or "")
+        # Empty names get a unique one that avoids every explicit name.
+        name = onnx_node.name or graph.unique_name(f"{onnx_node.op_type}_{index}")
+        node = Node(onnx_node.op_type, [], outputs, attrs, name=name)
         node.provenance["pending_inputs"] = list(onnx_node.input)
         graph.add_node(node)
-        if not onnx_node.name:
-            node.name = graph.unique_name(f"{onnx_node.op_type}_{index}")
 
     for node in graph.nodes:
         for name in node.provenance.pop("pending_inputs"):

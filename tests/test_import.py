@@ -196,3 +196,16 @@ def test_type_errors_onnxruntime_refuses_are_refused(case):
         lower(model)
     assert err.value.code == "E16004"
     assert ("mixed_add" if case == "add_float_int" else "int_softmax") in err.value.message
+
+
+def test_empty_node_names_get_unique_ones_and_repeated_names_are_refused():
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+             helper.make_node("Abs", ["b"], ["y"], name="Neg_1")]
+    model = model_of(nodes, [fvi("x", [4])], [fvi("y", None)])
+    graph = lower(model)
+    assert len({n.name for n in graph.nodes}) == 3
+    assert_matches_ort(model, graph)
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="n"), helper.make_node("Neg", ["a"], ["y"], name="n")]
+    with pytest.raises(AtcError) as err:
+        lower(model_of(nodes, [fvi("x", [4])], [fvi("y", None)]))
+    assert err.value.code == "E16001" and "['n']" in err.value.message
