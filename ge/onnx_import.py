@@ -9,8 +9,8 @@ opsets are resolved later by `ge.passes.infer_and_fold` (canonical form).
 from __future__ import annotations
 
 import os
-from collections import Counter
 import re
+from collections import Counter
 from typing import Optional
 
 import numpy as np
@@ -18,9 +18,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ge.errors import AtcError
-from om_format.attrs import to_ge_dtype
 from ge.ir import Graph, Node, TensorDesc, Value
 from ge.limits import MAX_TENSOR_BYTES, too_large
+from om_format.attrs import to_ge_dtype
 
 MIN_OPSET, MAX_OPSET = 13, 21
 _MAX_EXTERNAL_BYTES = 1 << 40
