@@ -66,6 +66,10 @@ class MultiHeadAttentionFusionPass(FusionPass):
                          f"head count/dim differ between Q ({q.heads}x{q.head_dim}), K ({k.heads}x{k.head_dim}) "
                          f"and V ({v.heads}x{v.head_dim}); the kernel needs one [B,S,H,D] split for all three",
                          q.nodes[-1:] + k.nodes[-1:] + v.nodes[-1:], [q.projected, k.projected, v.projected])
+        if v.scale != 1.0:
+            raise Reject(reasons.UNSUPPORTED_VARIANT,
+                         f"V is scaled by {v.scale:g}: a scale on V scales the output, not the scores, "
+                         "and the kernel has no output scale", v.nodes, [v.projected])
         heads, head_dim = q.heads, q.head_dim
         projections = [walk_projection(p.projected, role) for p, role in ((q, "Q"), (k, "K"), (v, "V"))]
         if not (projections[0].x is projections[1].x is projections[2].x):
@@ -96,7 +100,7 @@ class MultiHeadAttentionFusionPass(FusionPass):
             raise Reject(reasons.WILL_CREATE_CYCLE, "a path leaves the attention block and re-enters it",
                          nodes)
         return Match(nodes, OP_TYPE, dict(x=x, projections=projections, heads=heads, head_dim=head_dim,
-                                          scale=scores.scale * q.scale * k.scale * v.scale,
+                                          scale=scores.scale * q.scale * k.scale,
                                           scores=scores, out=out))
 
     @staticmethod

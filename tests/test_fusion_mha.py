@@ -23,7 +23,7 @@ PASS = "MultiHeadAttentionFusionPass"
 def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axis=-1,
           probs_output=False, weight_input=False, kv_heads=H, cross=False, reshape_zero=False,
           mask_before_scale=False, linear="matmul", gemm_attrs=None, merge_rows=False, unflatten_swap=False,
-          seed=0):
+          v_scale=False, seed=0):
     """One self-attention block as exporters write it; keywords pick the variant."""
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
@@ -83,6 +83,8 @@ def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axi
     else:   # k.transpose(1, 2) then .transpose(-1, -2)
         kt = node("Transpose", [heads(k, kv_heads, [0, 2, 1, 3])], perm=[0, 1, 3, 2])
     vh = heads(v, kv_heads, [0, 2, 1, 3])
+    if v_scale:         # scales the output, not the scores
+        vh = node("Mul", [vh, const(0.5)])
     if scale == "qk":   # SDPA-style: each side by D**-0.25, constant first on K
         qh = node("Mul", [qh, const(D ** -0.25)])
         kt = node("Mul", [const(D ** -0.25), kt])
@@ -265,6 +267,7 @@ MISSES = {
     "conv1d_weight_not_constant": (dict(linear="gemm", weight_input=True), "NF2002", "weight Wq of Gemm"),
     "conv1d_rows_reordered": (dict(linear="gemm", unflatten_swap=True), "NF2006",
                               "input A must be a Reshape of [B,S,hidden] = [5,2,8]"),
+    "scale_on_v": (dict(v_scale=True), "NF2006", "V is scaled by 0.5"),
 }
 
 
