@@ -38,9 +38,16 @@ TANH_GELU_CUBIC = 0.044715
 SIMPLE_ACTIVATIONS = {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh"}
 
 
-def _close(value: Optional[Value], target: float, rtol: float = 1e-3) -> bool:
+def _close(value: Optional[Value], target: float) -> bool:
+    """`value` is a one-element constant equal to `target` as written in its own dtype: within
+    1e-5 relative, or one ulp of a coarser dtype (float16's 0.044715 is off by 5e-4).  A
+    looser match would let almost-GELU graphs fuse into a kernel computing exact GELU."""
     c = scalar_const(value)
-    return c is not None and abs(c - target) <= rtol * abs(target)
+    if c is None:
+        return False
+    dtype = value.const.dtype
+    eps = float(np.finfo(dtype).eps) if np.issubdtype(dtype, np.floating) else 0.0
+    return abs(c - target) <= max(1e-5, eps) * abs(target)
 
 
 def _sole(value: Value, op_type: str) -> Optional[Node]:
@@ -134,7 +141,8 @@ def match_activation(y: Value):
         found = finder(y)
         if found:
             out, nodes = found
-            if not escaping_values(nodes, [out]) and {id(u) for u in users} <= {id(n) for n in nodes}:
+            if not escaping_values(nodes, [out]) and {id(u) for u in users} <= {id(n) for n in nodes} \
+                    and tuple(out.desc.shape) == tuple(y.desc.shape):    # a constant may broadcast y up
                 return name, nodes, out
     return None
 
