@@ -10,7 +10,7 @@ an attribute whether the model had them as attribute (<= 17) or input (18):
 
 Constraints, each reported as a Miss: keepdims=1 and the same trailing axes on both
 ReduceMeans (NF2003), the exponent is the constant 2 (NF2006), eps is a scalar constant
-(NF2002), no intermediate is read outside the pattern (NF2001).  gamma/beta are absorbed only
+(NF2002), no constant broadcasting the result above the input's rank (NF2004), no intermediate is read outside the pattern (NF2001).  gamma/beta are absorbed only
 when constant, of the input dtype, and varying over the normalized axes alone; otherwise the
 Mul/Add stays outside and the core still fuses.  The rewrite uses the registry's ONNX
 LayerNormalization op (om type LayerNorm), stamped with the nodes it replaced.
@@ -129,6 +129,11 @@ class LayerNormFusionPass(FusionPass):
                              "epsilon (the Add before Sqrt) must be a scalar constant", [eps_value])
         if not np.issubdtype(np.dtype(x.desc.dtype), np.floating):
             return self.miss(reasons.DTYPE_MISMATCH, rm1, core, "the input must be a float tensor", [x])
+        if tuple(div.outputs[0].desc.shape) != tuple(x.desc.shape):
+            return self.miss(reasons.SHAPE_MISMATCH, rm1, core,
+                             f"the normalized tensor {list(div.outputs[0].desc.shape)} is not the input's shape "
+                             f"{list(x.desc.shape)}: a constant (epsilon, exponent) broadcasts it to a higher rank",
+                             [x, div.outputs[0]])
 
         k = len(axes)
         nodes, out = list(core), div.outputs[0]
