@@ -157,6 +157,7 @@ def _unfused_types(model):
     ("axes_differ", "NF2003", "same axes"),
     ("eps_input", "NF2002", "epsilon"),
     ("exponent", "NF2006", "exponent must be 2"),
+    ("eps_broadcasts_up", "NF2004", "higher rank"),
     ("escaping", "NF2001", "used outside"),
 ])
 def test_layernorm_misses_name_the_constraint(case, code, words):
@@ -176,6 +177,8 @@ def test_layernorm_misses_name_the_constraint(case, code, words):
         y = decomposed_ln(net, x, 8, eps=net.input("eps", [1]))
     elif case == "exponent":
         y = decomposed_ln(net, x, 8, exponent=3.0)
+    elif case == "eps_broadcasts_up":   # [1,1,1,1] eps makes the output [1,2,3,8]
+        y = decomposed_ln(net, x, 8, eps=net.const(np.full((1, 1, 1, 1), 1e-5)))
     else:
         y = decomposed_ln(net, x, 8, gamma=None, beta=None)
         extra = [next(n.output[0] for n in net.nodes if n.op_type == "Sqrt")]
@@ -367,6 +370,44 @@ def test_gelu_with_wrong_constant_is_not_absorbed():
     y = net.op("Add", net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 8)), net.rand(8))
     p = net.op("Add", net.op("Erf", net.op("Div", y, net.const(2.0))), net.const(1.0))
     model = net.model(net.op("Mul", net.op("Mul", y, p), net.const(0.5)))
+    graph, _ = fuse(model, passes=MBA)
+    assert op_types(graph) == ["MatMulBiasFusionOp", "Div", "Erf", "Add", "Mul", "Mul"]
+    check_numbers(model, graph)
+
+
+SQRT2 = math.sqrt(2.0)
+
+
+@pytest.mark.parametrize("form,const", [
+    ("erf_half", 0.5004), ("erf_one", 1.0008), ("erf_sqrt2", 1.4150),
+    ("tanh_cubic", 0.04475), ("tanh_scale", 0.7985),
+])
+def test_almost_gelu_constants_are_not_absorbed(form, const):
+    """Constants 1e-4..1e-3 off GELU's: the kernel would compute exact GELU, the graph not."""
+    net = Net(17)
+    y = net.op("Add", net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 8)), net.rand(8))
+    if form.startswith("erf"):
+        c = {k: (const if form == f"erf_{k}" else v) for k, v in (("half", 0.5), ("one", 1.0), ("sqrt2", SQRT2))}
+        p = net.op("Add", net.op("Erf", net.op("Div", y, net.const(c["sqrt2"]))), net.const(c["one"]))
+        out = net.op("Mul", net.op("Mul", y, p), net.const(c["half"]))
+    else:
+        cubic = const if form == "tanh_cubic" else 0.044715
+        scale = const if form == "tanh_scale" else math.sqrt(2 / math.pi)
+        inner = net.op("Add", y, net.op("Mul", net.const(cubic), net.op("Pow", y, net.const(3.0))))
+        t = net.op("Tanh", net.op("Mul", net.const(scale), inner))
+        out = net.op("Mul", net.op("Mul", net.const(0.5), y), net.op("Add", net.const(1.0), t))
+    model = net.model(out)
+    graph, _ = fuse(model, passes=MBA)
+    assert op_types(graph)[0] == "MatMulBiasFusionOp" and {"Erf", "Tanh"} & set(op_types(graph))
+    check_numbers(model, graph)
+
+
+def test_gelu_constant_that_broadcasts_the_output_up_is_not_absorbed():
+    """A [1,1,1] 0.5 makes the graph's output rank 3; the kernel would write rank 2."""
+    net = Net(17)
+    y = net.op("Add", net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 8)), net.rand(8))
+    p = net.op("Add", net.op("Erf", net.op("Div", y, net.const(SQRT2))), net.const(1.0))
+    model = net.model(net.op("Mul", net.op("Mul", y, p), net.const(np.full((1, 1, 1), 0.5))))
     graph, _ = fuse(model, passes=MBA)
     assert op_types(graph) == ["MatMulBiasFusionOp", "Div", "Erf", "Add", "Mul", "Mul"]
     check_numbers(model, graph)
