@@ -712,3 +712,66 @@ def test_head_refuses_a_permuted_conv_block():
     miss = stats[HEAD_PASS].misses[0]
     assert miss.code == "NF2006" and "permuted" in miss.constraint
     assert_matches_ort(model, graph)
+
+
+# -- adversarial geometry and epilogue variants (review): each must fuse and match ORT --------
+def _geometry_model(xshape, wshape, conv_attrs, tail):
+    """Conv (+ `tail` nodes reading "c", ending in "y") with K = wshape[0] output channels."""
+    k = wshape[0]
+    inits = [_init("w", _f32(wshape, 0.3)), _init("s", RNG.uniform(0.5, 1.5, k).astype(np.float32)),
+             _init("b", _f32(k)), _init("m", _f32(k)), _init("v", RNG.uniform(0.01, 0.05, k).astype(np.float32)),
+             _init("lo", np.array(1.0, np.float32)), _init("hi", np.array(-1.0, np.float32)),
+             _init("r", _f32((k,) + (1,) * (len(xshape) - 2)))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], **conv_attrs)] + tail
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+_RELU = [helper.make_node("Relu", ["c"], ["y"])]
+GEOMETRY = {
+    "auto_pad_same_upper_stride2": ((2, 3, 5, 5), (4, 3, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2]), _RELU),
+    "auto_pad_same_lower_stride2": ((2, 3, 5, 5), (4, 3, 3, 3), dict(auto_pad="SAME_LOWER", strides=[2, 2]), _RELU),
+    "auto_pad_valid": ((2, 3, 5, 5), (4, 3, 3, 3), dict(auto_pad="VALID"), _RELU),
+    "asymmetric_pads_strides": ((2, 3, 5, 5), (4, 3, 3, 3), dict(pads=[0, 1, 2, 0], strides=[2, 1]), _RELU),
+    "conv1d_bn": ((2, 3, 7), (4, 3, 3), dict(pads=[1, 1]),
+                  [helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])]),
+    "conv3d_relu": ((1, 3, 4, 4, 4), (4, 3, 3, 3, 3), dict(pads=[1] * 6), _RELU),
+    "bn_eps_0.1_momentum_0.5": ((2, 3, 5, 5), (4, 3, 3, 3), dict(pads=[1] * 4),
+                                [helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"],
+                                                  epsilon=0.1, momentum=0.5)]),
+    "clip_min_above_max": ((2, 3, 5, 5), (4, 3, 3, 3), dict(pads=[1] * 4),
+                           [helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]),
+    "leaky_relu_default_alpha": ((2, 3, 5, 5), (4, 3, 3, 3), dict(pads=[1] * 4),
+                                 [helper.make_node("LeakyRelu", ["c"], ["y"])]),
+    "residual_per_channel_constant": ((2, 3, 5, 5), (4, 3, 3, 3), dict(pads=[1] * 4),
+                                      [helper.make_node("Add", ["r", "c"], ["y"])]),
+}
+
+
+@pytest.mark.parametrize("name", GEOMETRY)
+def test_conv_geometry_and_epilogue_variants_fuse_and_match_ort(name):
+    model = _geometry_model(*GEOMETRY[name])
+    graph, stats = fuse(model)
+    assert op_types(graph) == [CBR]
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
+
+
+@pytest.mark.parametrize("tail", ["bn_after_relu", "x_plus_x", "silu_sigmoid_of_other_tensor"])
+def test_conv_tails_that_are_not_the_pattern_stay_unfused(tail):
+    """BN not reading the conv, Add(c, c), and Mul(c, Sigmoid(other)) are not conv epilogues."""
+    nodes = {"bn_after_relu": [helper.make_node("Relu", ["c"], ["t"]),
+                               helper.make_node("BatchNormalization", ["t", "s", "b", "m", "v"], ["y"])],
+             "x_plus_x": [helper.make_node("Add", ["c", "c"], ["y"])],
+             "silu_sigmoid_of_other_tensor": [helper.make_node("Sigmoid", ["c"], ["t"]),
+                                              helper.make_node("Abs", ["c"], ["u"]),
+                                              helper.make_node("Mul", ["u", "t"], ["y"])]}[tail]
+    model = _geometry_model((2, 3, 5, 5), (4, 3, 3, 3), dict(pads=[1] * 4), nodes)
+    graph, _ = fuse(model)
+    if tail == "bn_after_relu":      # Conv + Relu is a block; the BN after it is not folded
+        assert op_types(graph) == [CBR, "BatchNormalization"]
+    else:
+        assert CBR not in op_types(graph)
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
