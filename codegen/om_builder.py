@@ -43,7 +43,7 @@ def compute_dtype(node: Node, precision_mode: str) -> np.dtype:
     if not floats:
         return np.dtype(node.outputs[0].desc.dtype) if node.outputs else np.dtype(np.float32)
     op = get_op(node.op_type)
-    chosen = _PRECISION_RULES[precision_mode](op.kind if op else OpKind.OPAQUE)
+    chosen = _PRECISION_RULES[precision_mode](op.node_kind(node.attrs) if op else OpKind.OPAQUE)
     return chosen if chosen is not None else floats[0]
 
 

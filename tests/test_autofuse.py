@@ -18,7 +18,7 @@ from codegen.ops.registry import TensorType, get_op
 from fusion_passes.autofuse import AutofuseFlags, AutoFusePass
 from fusion_passes.base import creates_cycle
 from ge.errors import AtcError
-from helpers import assert_matches_ort, fuse, lower, op_types, random_feeds, run_ort
+from helpers import assert_matches_ort, fuse, lower, op_types, random_feeds, run_ir, run_ort
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL = "AutofusedKernel"
@@ -392,3 +392,20 @@ def test_unstorable_attr_leaves_the_group_unfused():
     stats = AutoFusePass("").run(graph, FusionSwitches())
     assert op_types(graph) == ["Add", "GreaterOrEqual"]
     assert stats.match_times == 1 and stats.effect_times == 0 and codes(stats) == ["NF9999"]
+
+
+def test_an_anchored_group_follows_the_cube_under_mixed_precision():
+    """allow_mix_precision runs cube kernels in fp16: an autofused group holding a conv is one."""
+    from codegen.om_builder import compute_dtype
+    model = zoo.build("efficientnet_b4", small=True)
+    graph, _ = fuse(model)
+    anchored = [n for n in graph.nodes if n.op_type == KERNEL]
+    assert anchored and all(any(t in n.attrs["subgraph"] for t in ('"Conv"', "FusionOp")) for n in anchored)
+    assert all(compute_dtype(n, "allow_mix_precision") == np.float16 for n in anchored)
+    pointwise, _ = fuse(zoo.build("seed_addge", small=True))
+    assert op_types(pointwise) == [KERNEL]
+    assert compute_dtype(pointwise.nodes[0], "allow_mix_precision") == np.float32
+    feeds = random_feeds(model)
+    expected, got = run_ort(model, feeds), run_ir(graph, feeds, "allow_mix_precision")
+    for name, ref in expected.items():
+        np.testing.assert_allclose(got[name], ref, rtol=2e-2, atol=2e-2 * max(1.0, float(np.abs(ref).max())))

@@ -183,4 +183,12 @@ def work(inputs, outputs, attrs):
     return total
 
 
-register(OpDef(OP_TYPE, OpKind.OPAQUE, compute, infer, work, ge_type=OP_TYPE))
+def kind_of(attrs: dict) -> OpKind:
+    """A group that holds a conv/matmul anchor is a cube kernel (its precision follows the
+    cube's under allow_mix_precision); a pointwise/reduce group is not."""
+    anchored = any(get_op(op_type).node_kind(op_attrs) == OpKind.OUT_EWISE_FUSABLE
+                   for op_type, op_attrs, _, _ in _subgraph(attrs).ops)
+    return OpKind.OUT_EWISE_FUSABLE if anchored else OpKind.OPAQUE
+
+
+register(OpDef(OP_TYPE, OpKind.OPAQUE, compute, infer, work, ge_type=OP_TYPE, kind_of=kind_of))

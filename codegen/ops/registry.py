@@ -96,10 +96,15 @@ class OpDef:
     ge_type: str = ""                 # type name in the .om (Netron's om-metadata names where one fits)
     config_inputs: tuple = ()         # ((input index, attr name), ...) moved to attrs when constant
     no_task: bool = False             # a view (Reshape, Flatten, Squeeze...): no kernel is launched
+    kind_of: Optional[Callable[[dict], OpKind]] = None   # kind of one node, for kernels whose kind
+                                                         # depends on what they hold (autofused groups)
 
     @property
     def om_type(self) -> str:
         return self.ge_type or self.op_type
+
+    def node_kind(self, attrs: dict) -> OpKind:
+        return self.kind_of(attrs) if self.kind_of is not None else self.kind
 
 
 _REGISTRY: dict[str, OpDef] = {}
