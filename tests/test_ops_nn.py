@@ -241,3 +241,16 @@ def test_pool_work_and_errors():
         get_op("MaxPool").infer([x], {"kernel_shape": [9, 9]})
     with pytest.raises(AtcError):
         get_op("Conv").compute([rand(1, 1, 4, 4), rand(1, 1, 3, 3)], {"auto_pad": "BOGUS"})
+
+
+@pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool", "Conv"])
+def test_negative_pads_are_refused_by_the_shape_rule(op_type):
+    """ONNX's checker refuses them at import; the shape rule refuses them too, for an .om
+    that carries them."""
+    from codegen.ops.registry import TensorType, get_op
+    from ge.errors import AtcError
+    x = TensorType(np.dtype(np.float32), (1, 1, 6, 6))
+    inputs = [x] if op_type != "Conv" else [x, TensorType(np.dtype(np.float32), (1, 1, 2, 2))]
+    with pytest.raises(AtcError) as err:
+        get_op(op_type).infer(inputs, {"kernel_shape": [2, 2], "pads": [-1, 0, 0, 0]})
+    assert err.value.code == "E16004" and "pads" in err.value.message

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
-from ge.errors import AtcError
+from ge.errors import AtcError, invalid_attr
 
 # -- shared geometry of sliding-window ops ------------------------------------------------
 
@@ -52,6 +52,9 @@ def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False):
             begin, end = [t - b for t, b in zip(total, small)], small
     elif auto_pad in ("VALID", "NOTSET", ""):
         pads = [0] * (2 * nd) if auto_pad == "VALID" else _ints(attrs, "pads", 2 * nd, 0)
+        if any(p < 0 for p in pads):
+            raise invalid_attr("Conv/Pool", "pads", pads, "pads must not be negative.",
+                               "Use non-negative pads (crop with Slice instead).")
         begin, end = pads[:nd], pads[nd:]
         out = []
         for i, w, s, b, e in zip(in_spatial, span, strides, begin, end):
