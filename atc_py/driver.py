@@ -40,15 +40,32 @@ def generate_om(options: AtcOptions) -> None:
     fusion_report = report.build_report(result, options.soc_version, options.precision_mode,
                                         options.super_kernel_scope)
     report.print_report(fusion_report, log)
+    created = _missing_folders(os.path.dirname(os.path.abspath(options.om_path)))
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(options.om_path)), exist_ok=True)
+        for folder in created:
+            os.mkdir(folder)
         write_om(options.om_path, result.partitions.as_dict(), name=os.path.basename(options.output),
                  ops=len(result.graph.nodes), platform_version=options.soc_version)
         report.write_companions(result, options, log)
     except (OSError, AtcError) as exc:   # companions raise AtcError (write_json_atomic)
         if os.path.exists(options.om_path):
             os.unlink(options.om_path)
+        for folder in reversed(created):        # only the folders this run made, if still empty
+            if os.path.isdir(folder) and not os.listdir(folder):
+                os.rmdir(folder)
         raise cannot_write(exc) if isinstance(exc, OSError) else exc
+
+
+def _missing_folders(folder: str) -> list:
+    """The folders that must be created for `folder` to exist, outermost first."""
+    missing = []
+    while folder and not os.path.exists(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return list(reversed(missing))
 
 
 def om_to_json(options: AtcOptions) -> None:

@@ -425,3 +425,14 @@ def test_builds_are_deterministic_across_processes(tmp_path, name):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         blobs.append((tmp_path / seed / "m.om").read_bytes())
     assert blobs[0] == blobs[1]
+
+
+def test_folders_made_for_a_failed_build_are_removed(capsys, tmp_path, seed_model, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    blocker = tmp_path / "dbg"
+    blocker.write_text("a file where the debug folder should be")
+    monkeypatch.setenv("AUTOFUSE_DFX_FLAGS", f"--debug_dir={blocker}")
+    out = tmp_path / "new" / "deeper" / "y"
+    rc, text = run_atc(capsys, *compile_args(_grouped_conv_path(tmp_path), out))
+    assert_failed(rc, text, "E10001")
+    assert not (tmp_path / "new").exists()
