@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 
 from codegen import super_kernel
+from codegen.ops.common import FLOAT_TYPES
 from codegen.ops.registry import OpKind, get_op
 from ge.ir import Graph, Node, Value
 from om_format import attrs as om_attrs
@@ -25,7 +26,6 @@ from om_format.container import PartitionType
 from om_format.schema import ModelDef, ModelTaskDef
 from om_format.weights import WeightsBuilder
 
-FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 # What each ATC precision mode makes a float kernel compute in (see ARCHITECTURE.md).
 _PRECISION_RULES = {
     "force_fp16": lambda kind: np.dtype(np.float16),

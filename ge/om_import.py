@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from codegen.ops.common import FLOAT_TYPES
 from codegen.ops.registry import TensorType, op_by_om_type
 from ge.errors import AtcError
 from ge.ir import Graph, Node, TensorDesc, Value
@@ -17,7 +18,6 @@ from ge.limits import MAX_TENSOR_BYTES, too_large
 from om_format import attrs as om_attrs
 from om_format.container import OmFile, PartitionType, load_model_def, load_task_def, read_om
 
-FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 _PRIVATE_ATTRS = ("original_op_names", "_fusion_pass", "_compute_dtype", "_input_slots", "relu_flag",
                   "_super_kernel")
 

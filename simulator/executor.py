@@ -10,11 +10,10 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from codegen.ops.common import FLOAT_TYPES
 from codegen.ops.registry import get_op
 from ge.errors import AtcError, at_node
 from ge.ir import Graph, Node
-
-FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 
 
 def _to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:

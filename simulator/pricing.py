@@ -15,12 +15,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from codegen.ops.common import FLOAT_TYPES
 from codegen.ops.registry import TensorType, get_op
 from ge.ir import Graph, Node, Value
 from simulator.cost_model import (Chip, KernelSpec, StreamCost, price_kernel, price_stream,
                                   price_super_kernel)
-
-FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 
 
 def _as_compute(value: Optional[Value], dtype: np.dtype) -> Optional[TensorType]:

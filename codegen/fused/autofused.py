@@ -26,10 +26,10 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from codegen.ops.common import FLOAT_TYPES
 from codegen.ops.registry import OpDef, OpKind, TensorType, Work, get_op, register
 
 OP_TYPE = "AutofusedKernel"
-FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 
 
 # -- attr <-> JSON ----------------------------------------------------------------------

@@ -7,6 +7,10 @@ import numpy as np
 
 from codegen.ops.registry import TensorType, Work
 
+# The float dtypes a precision mode may move a tensor between (the compute dtype of a kernel
+# applies to these; index and mask tensors keep their own dtype).
+FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
+
 
 def broadcast_shape(*shapes: Sequence[int]) -> tuple:
     """Numpy/ONNX multidirectional broadcasting of static shapes."""
