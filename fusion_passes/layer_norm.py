@@ -137,18 +137,16 @@ class LayerNormFusionPass(FusionPass):
 
         k = len(axes)
         nodes, out = list(core), div.outputs[0]
-        mul = single_consumer(out)
-        mul = mul if mul is not None and mul.op_type == "Mul" else None
-        gamma = _affine_param(mul, out, x, k)
-        if gamma is not None:
-            nodes.append(mul)
-            out = mul.outputs[0]
-        badd = single_consumer(out)
-        badd = badd if badd is not None and badd.op_type == "Add" else None
-        beta = _affine_param(badd, out, x, k)
-        if beta is not None:
-            nodes.append(badd)
-            out = badd.outputs[0]
+        params = []
+        for op_type in ("Mul", "Add"):          # optional gamma, then optional beta
+            step = single_consumer(out)
+            step = step if step is not None and step.op_type == op_type else None
+            param = _affine_param(step, out, x, k)
+            params.append(param)
+            if param is not None:
+                nodes.append(step)
+                out = step.outputs[0]
+        gamma, beta = params
 
         escaping = escaping_values(nodes, [out])
         if escaping:
