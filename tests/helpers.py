@@ -79,27 +79,17 @@ def run_ir(graph, feeds: dict, precision_mode: str = "force_fp32") -> dict:
     return run_graph(graph, feeds, lambda node: compute_dtype(node, precision_mode))
 
 
-# Documented tolerances (see simulator/COMPARE.md): fp32 kernels, and fp16 kernels that
-# accumulate matrix products in fp32, relative to the largest magnitude of the reference.
-TOLERANCE = {"fp32": dict(rtol=1e-4, atol=1e-4), "fp16": dict(rtol=2e-2, atol=2e-2)}
-
-
 def assert_matches_ort(model: onnx.ModelProto, graph, feeds: Optional[dict] = None, precision: str = "fp32"):
-    """Numbers of the (fused) IR graph equal onnxruntime's on the original model."""
+    """Numbers of the (fused) IR graph equal onnxruntime's on the original model, judged by
+    the rule `atc-sim --compare` applies (simulator/compare.py, tolerances in COMPARE.md)."""
+    from simulator.compare import compare_one
     feeds = feeds or random_feeds(model)
     expected = run_ort(model, feeds)
     mode = "force_fp32" if precision == "fp32" else "force_fp16"
     got = run_ir(graph, feeds, mode)
-    tol = TOLERANCE[precision]
     for name, ref in expected.items():
-        out = got[name]
-        assert out.shape == ref.shape, (name, out.shape, ref.shape)
-        if ref.dtype == np.bool_ or np.issubdtype(ref.dtype, np.integer):
-            np.testing.assert_array_equal(out, ref)
-            continue
-        scale = max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0
-        np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64),
-                                   rtol=tol["rtol"], atol=tol["atol"] * scale, err_msg=name)
+        check = compare_one(name, name, np.asarray(got[name]), np.asarray(ref), precision)
+        assert check.passed, f"{name}: {check.describe()}"
 
 
 def netron_dir() -> str:
