@@ -6,7 +6,6 @@ from dataclasses import asdict
 
 from google.protobuf import json_format
 
-from codegen.ops.registry import op_by_om_type
 from om_format.container import PartitionType, load_model_def, load_task_def, read_om
 
 
@@ -56,6 +55,3 @@ def model_info(path: str) -> str:
     lines.append("============ Display Model Info end ============")
     return "\n".join(lines)
 
-
-def known_om_type(op_type: str) -> bool:
-    return op_type in ("Data", "Const", "NetOutput") or op_by_om_type(op_type) is not None

@@ -60,10 +60,6 @@ class OmPartitions:
                 PartitionType.TASK_INFO: self.tasks.SerializeToString(deterministic=True)}
 
 
-def _ref(value: Value, names: dict) -> str:
-    return names[id(value)]
-
-
 def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_mode: str,
                      extra_attrs: Optional[dict] = None, super_kernel_scope: str = "") -> OmPartitions:
     graph.topological_sort()
@@ -105,7 +101,7 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
     for node in graph.nodes:
         opdef = get_op(node.op_type)
         inputs = [(i, v) for i, v in enumerate(node.inputs) if v is not None]
-        in_refs = [const_ref(v) if v.is_const else _ref(v, refs) for _, v in inputs]
+        in_refs = [const_ref(v) if v.is_const else refs[id(v)] for _, v in inputs]
         op = g.op.add(name=node.name, type=opdef.om_type, id=len(g.op))
         op.input.extend(in_refs)
         for _, v in inputs:
@@ -140,7 +136,7 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
 
     net = g.op.add(name="NetOutput", type="NetOutput", id=len(g.op))
     for value in graph.outputs:
-        net.input.append(const_ref(value) if value.is_const else _ref(value, refs))
+        net.input.append(const_ref(value) if value.is_const else refs[id(value)])
         net.input_desc.add().CopyFrom(om_attrs.tensor_desc(value.name, value.desc.dtype, value.desc.shape,
                                                            value.desc.format))
     om_attrs.set_attrs(net.attr, {"_output_names": [v.name for v in graph.outputs]})
