@@ -1,0 +1,1 @@
+"""Fusion sweep benchmark: see run.py."""
