@@ -24,6 +24,7 @@ SMALL_OUTPUTS = {
     "seed_mulreducesum": {"output": (2, 16)},
     "resnet50": {"output": (1, 10)},
     "resnet101": {"output": (1, 10)},
+    "densenet121": {"output": (1, 10)},
     "efficientnet_b4": {"output": (1, 10)},
     "bert_base": {"last_hidden_state": (1, 8, 32), "pooler_output": (1, 32)},
     "vit_base": {"logits": (1, 10)},
@@ -160,6 +161,32 @@ def test_resnet50_full_has_53_conv_and_53_bn():
 def test_resnet101_small_keeps_full_depth(small_models):
     ops = _ops(small_models["resnet101"])
     assert ops["Conv"] == 104 and ops["BatchNormalization"] == 104 and ops["Add"] == 33
+
+
+def test_densenet121_full_has_torchvisions_layer_counts():
+    ops = _ops(zoo.build("densenet121"))
+    # 58 dense layers x 2 convs + 3 transitions + conv0; every dense layer and block concatenates
+    assert ops["Conv"] == 120 and ops["BatchNormalization"] == 121 and ops["Relu"] == 121
+    assert ops["Concat"] == 58 + 4 and ops["AveragePool"] == 3 and ops["Gemm"] == 1
+
+
+def test_densenet_concatenates_every_earlier_feature_map(small_models):
+    concats = [n for n in small_models["densenet121"].graph.node if n.op_type == "Concat"]
+    first, second = concats[0], concats[1]
+    assert len(first.input) == 1 and len(second.input) == 2    # torch.cat([x]) / cat([x, f1])
+    assert second.input[0] == first.input[0]
+
+
+@pytest.mark.parametrize("name,options,shapes", [
+    ("resnet50", {"batch": 3}, {"output": (3, 10)}),
+    ("densenet121", {"batch": 2}, {"output": (2, 10)}),
+    ("bert_base", {"batch": 2, "seq": 4}, {"last_hidden_state": (2, 4, 32), "pooler_output": (2, 32)}),
+])
+def test_batch_and_sequence_options_fix_the_shapes(name, options, shapes):
+    model = zoo.build(name, small=True, **options)
+    onnx.checker.check_model(model, full_check=True)
+    outs, _ = _run(model)
+    assert {k: v.shape for k, v in outs.items()} == shapes
 
 
 def test_efficientnet_has_depthwise_se_silu_and_skip(small_models):

@@ -8,7 +8,7 @@ input, the variant on which other tools' LayerNorm fusions are known to break.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,6 +32,7 @@ class BertConfig:
     vocab: int = 30522
     max_positions: int = 512
     type_vocab: int = 2
+    batch: int = 1
 
 
 SMALL = BertConfig(layers=2, hidden=32, heads=2, ffn=64, seq=8, vocab=100, max_positions=16)
@@ -65,14 +66,14 @@ def _self_attention(g: GraphBuilder, mod: Mod, x: str, mask: str, c: BertConfig)
     q = L.linear(g, mod / "query", x, c.hidden, c.hidden)
     k = L.linear(g, mod / "key", x, c.hidden, c.hidden)
     v = L.linear(g, mod / "value", x, c.hidden, c.hidden)
-    kt = L.split_heads(g, mod, k, 1, c.seq, c.heads, d, perm=(0, 2, 3, 1))
-    v = L.split_heads(g, mod, v, 1, c.seq, c.heads, d)
-    q = L.split_heads(g, mod, q, 1, c.seq, c.heads, d)
+    kt = L.split_heads(g, mod, k, c.batch, c.seq, c.heads, d, perm=(0, 2, 3, 1))
+    v = L.split_heads(g, mod, v, c.batch, c.seq, c.heads, d)
+    q = L.split_heads(g, mod, q, c.batch, c.seq, c.heads, d)
     scores = g.op("MatMul", [q, kt], mod)
     scores = g.op("Div", [scores, g.const(math.sqrt(d), np.float32, mod)], mod)
     probs = g.op("Softmax", [g.op("Add", [scores, mask], mod)], mod, axis=-1)
     ctx = g.op("MatMul", [probs, v], mod)
-    return L.merge_heads(g, mod, ctx, 1, c.seq, c.hidden)
+    return L.merge_heads(g, mod, ctx, c.batch, c.seq, c.hidden)
 
 
 def _layer(g: GraphBuilder, mod: Mod, x: str, mask: str, c: BertConfig) -> str:
@@ -89,22 +90,24 @@ def _layer(g: GraphBuilder, mod: Mod, x: str, mask: str, c: BertConfig) -> str:
     return L.layernorm_decomposed(g, out / "LayerNorm", g.op("Add", [h, x], out), c.hidden, LN_EPS)
 
 
-def build_bert_base(small: bool = False, opset: int = 17, pooler: bool = True):
-    """BERT-base (inputs input_ids/attention_mask [1,128] int64; outputs last_hidden_state
-    [1,128,768] and, with `pooler`, pooler_output [1,768]).  Small: 2 layers, hidden 32."""
-    c = SMALL if small else BertConfig()
+def build_bert_base(small: bool = False, opset: int = 17, pooler: bool = True, batch: int = 1,
+                    seq: int = 0):
+    """BERT-base (inputs input_ids/attention_mask [batch,128] int64; outputs last_hidden_state
+    [batch,128,768] and, with `pooler`, pooler_output [batch,768]).  Small: 2 layers, hidden 32.
+    `batch` and `seq` (0: the config's) fix the shapes, as the inference guides' "_fix" exports do."""
+    c = replace(SMALL if small else BertConfig(), batch=batch, **({"seq": seq} if seq else {}))
     g = GraphBuilder("bert_base", SEED, opset=opset)
-    ids = g.input("input_ids", np.int64, [1, c.seq])
-    mask = g.input("attention_mask", np.int64, [1, c.seq])
+    ids = g.input("input_ids", np.int64, [c.batch, c.seq])
+    mask = g.input("attention_mask", np.int64, [c.batch, c.seq])
     x = _embeddings(g, c, ids)
     ext = _extended_mask(g, mask)
     layers = (ROOT / "encoder").child("layer", hidden=True)   # a ModuleList: no scope
     for i in range(c.layers):
         x = _layer(g, layers / i, x, ext, c)
-    x = g.output(x, "last_hidden_state", np.float32, [1, c.seq, c.hidden])
+    x = g.output(x, "last_hidden_state", np.float32, [c.batch, c.seq, c.hidden])
     if pooler:
         pool = ROOT / "pooler"
         cls = g.op("Gather", [x, g.const(0, np.int64, pool)], pool, axis=1)
         y = g.op("Tanh", [L.gemm(g, pool / "dense", cls, c.hidden, c.hidden)], pool / "activation")
-        g.output(y, "pooler_output", np.float32, [1, c.hidden])
+        g.output(y, "pooler_output", np.float32, [c.batch, c.hidden])
     return g.model()

@@ -36,11 +36,12 @@ def _bottleneck(g: GraphBuilder, mod: Mod, x: str, cin: int, planes: int, stride
     return L.relu(g, mod / "relu_2", L.add(g, mod, out, identity))
 
 
-def build_resnet(name: str, small: bool = False):
-    """Build torchvision's resnet50/resnet101 (input [1,3,224,224]; small: base width 8, 32x32)."""
+def build_resnet(name: str, small: bool = False, batch: int = 1):
+    """Build torchvision's resnet50/resnet101 (input [batch,3,224,224]; small: base width 8,
+    32x32).  `batch` fixes the batch dim, as `--input_shape` would on a dynamic export."""
     base, hw, classes = (8, 32, 10) if small else (64, 224, 1000)
     g = GraphBuilder(name, SEEDS[name])
-    x = g.input("input", np.float32, [1, 3, hw, hw])
+    x = g.input("input", np.float32, [batch, 3, hw, hw])
     x = L.conv(g, ROOT / "conv1", x, 3, base, 7, stride=2)
     x = L.relu(g, ROOT / "relu", L.batchnorm(g, ROOT / "bn1", x, base))
     x = g.op("MaxPool", [x], ROOT / "maxpool", ceil_mode=0, dilations=[1, 1], kernel_shape=[3, 3],
@@ -54,13 +55,13 @@ def build_resnet(name: str, small: bool = False):
             x = _bottleneck(g, layer / b, x, cin, planes, stride)
             cin = planes * EXPANSION
     y = L.classifier_head(g, x, ROOT / "avgpool", ROOT, ROOT / "fc", cin, classes)
-    g.output(y, "output", np.float32, [1, classes])
+    g.output(y, "output", np.float32, [batch, classes])
     return g.model()
 
 
-def build_resnet50(small: bool = False):
-    return build_resnet("resnet50", small)
+def build_resnet50(small: bool = False, batch: int = 1):
+    return build_resnet("resnet50", small, batch)
 
 
-def build_resnet101(small: bool = False):
-    return build_resnet("resnet101", small)
+def build_resnet101(small: bool = False, batch: int = 1):
+    return build_resnet("resnet101", small, batch)
