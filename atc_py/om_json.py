@@ -6,7 +6,8 @@ from dataclasses import asdict
 
 from google.protobuf import json_format
 
-from om_format.container import PartitionType, load_model_def, load_task_def, read_om
+from ge.om_import import open_om
+from om_format.container import PartitionType
 
 
 def _header_dict(header) -> dict:
@@ -18,9 +19,8 @@ def _header_dict(header) -> dict:
 
 def om_to_dict(path: str) -> dict:
     """Header fields, partition table and the ModelDef (protobuf JSON mapping) of an .om."""
-    om = read_om(path)
-    model = load_model_def(om)
-    tasks = load_task_def(om)
+    opened = open_om(path)
+    om, model, tasks = opened.om, opened.model_def, opened.task_def
     content = {
         "header": _header_dict(om.header),
         "partitions": [{"type": PartitionType(t).name, "size": len(data)} for t, data in sorted(om.partitions.items())],
@@ -33,9 +33,8 @@ def om_to_dict(path: str) -> dict:
 
 def model_info(path: str) -> str:
     """Human-readable summary like ATC's --mode=6: header, partition sizes, op counts by type."""
-    om = read_om(path)
-    model = load_model_def(om)
-    tasks = load_task_def(om)
+    opened = open_om(path)
+    om, model, tasks = opened.om, opened.model_def, opened.task_def
     h = om.header
     lines = ["============ Display Model Info start ============",
              f"Model name: {h.name}", f"Platform version: {h.platform_version}",

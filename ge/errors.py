@@ -6,6 +6,8 @@ E16xxx for graph problems found while parsing, E19999 for internal errors.
 """
 from __future__ import annotations
 
+from om_format.errors import OmFormatError
+
 
 class AtcError(Exception):
     """A user-facing error with an ATC error code."""
@@ -40,3 +42,11 @@ def at_node(err: AtcError, name: str, op_type: str) -> AtcError:
     if f"[{name}]" in err.message:
         return err
     return AtcError(err.code, f"Node [{name}] ({op_type}): {err.message}", err.solution)
+
+
+OM_SOLUTION = "The file is not a valid .om model or is damaged: regenerate it with atc."
+
+
+def om_format_error(exc: OmFormatError) -> AtcError:
+    """E10003 for a damaged .om (raise it `from exc`, so the format layer's cause stays)."""
+    return AtcError("E10003", exc.message, exc.solution or OM_SOLUTION)

@@ -7,16 +7,19 @@ a KeyError.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from codegen.ops.common import FLOAT_TYPES
 from codegen.ops.registry import TensorType, op_by_om_type
-from ge.errors import AtcError
+from ge.errors import AtcError, om_format_error
 from ge.ir import Graph, Node, TensorDesc, Value
 from ge.limits import MAX_TENSOR_BYTES, too_large
 from om_format import attrs as om_attrs
 from om_format.container import OmFile, PartitionType, load_model_def, load_task_def, read_om
+from om_format.errors import OmFormatError
+from om_format.schema import ModelDef, ModelTaskDef
 
 _PRIVATE_ATTRS = ("original_op_names", "_fusion_pass", "_compute_dtype", "_input_slots", "relu_flag",
                   "_super_kernel")
@@ -27,11 +30,30 @@ def _bad(message: str) -> AtcError:
 
 
 @dataclass
+class OpenedOm:
+    """An .om file whose container and protobuf partitions parsed."""
+
+    om: OmFile
+    model_def: ModelDef
+    task_def: Optional[ModelTaskDef]
+
+
+def open_om(source) -> OpenedOm:
+    """Read and parse an .om (path or bytes); anything wrong with the bytes is E10003."""
+    try:
+        om = read_om(source)
+        return OpenedOm(om, load_model_def(om), load_task_def(om))
+    except OmFormatError as exc:
+        raise om_format_error(exc) from exc
+
+
+@dataclass
 class LoadedOm:
     om: OmFile
     graph: Graph
     compute_dtypes: dict      # node name -> np.dtype
     tasks: list               # node names in task order
+    task_def: Optional[ModelTaskDef]
     soc_version: str
     precision_mode: str
 
@@ -39,8 +61,8 @@ class LoadedOm:
 def _desc(td) -> TensorDesc:
     try:
         dtype = om_attrs.from_ge_dtype(td.dtype)
-    except Exception:
-        raise _bad(f"Tensor [{td.name}] has an unknown data type {td.dtype}.")
+    except OmFormatError as exc:
+        raise _bad(f"Tensor [{td.name}] has an unknown data type {td.dtype}.") from exc
     dims = tuple(int(d) for d in td.shape.dim)
     if any(d < 0 for d in dims):
         raise _bad(f"Tensor [{td.name}] has a negative dim {list(dims)}.")
@@ -105,8 +127,16 @@ def _check_types(node: Node, opdef) -> None:
 
 
 def load_om_graph(path) -> LoadedOm:
-    om = read_om(path)
-    model = load_model_def(om)
+    """The IR graph of an .om, every reference and type checked (E10003 when damaged)."""
+    opened = open_om(path)
+    try:
+        return _build_graph(opened)
+    except OmFormatError as exc:       # a tensor or attribute the format layer cannot decode
+        raise om_format_error(exc) from exc
+
+
+def _build_graph(opened: OpenedOm) -> LoadedOm:
+    om, model = opened.om, opened.model_def
     if len(model.graph) != 1:
         raise _bad(f"Expected one graph in the model, found {len(model.graph)}.")
     weights = om.partitions.get(PartitionType.WEIGHTS_DATA, b"")
@@ -182,10 +212,10 @@ def load_om_graph(path) -> LoadedOm:
         graph.verify(require_types=True)
     except AssertionError as exc:
         raise _bad(f"The model graph is inconsistent: {exc}.")
-    task_def = load_task_def(om)
+    task_def = opened.task_def
     tasks = [t.op_name for t in task_def.task] if task_def is not None else []
     known = {n.name for n in graph.nodes}
     if any(name not in known for name in tasks):
         raise _bad("The task list names an op that is not in the model.")
-    return LoadedOm(om, graph, compute_dtypes, tasks, str(model_attrs.get("soc_version", "")),
+    return LoadedOm(om, graph, compute_dtypes, tasks, task_def, str(model_attrs.get("soc_version", "")),
                     str(model_attrs.get("precision_mode", "")))

@@ -35,7 +35,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from ge.errors import AtcError
+from om_format.errors import OmFormatError
 from om_format.schema import (AttrDef, DataType, GraphDef, ListValueType, NamedAttrs,
                               TensorDef, TensorDescriptor)
 
@@ -76,7 +76,7 @@ def to_ge_dtype(dtype) -> int:
 
 
 def from_ge_dtype(value: int) -> np.dtype:
-    """numpy dtype of a ge DataType number read from a file; AtcError E10003 if unsupported."""
+    """numpy dtype of a ge DataType number read from a file; OmFormatError if unsupported."""
     try:
         return _GE_TO_NP[int(value)]
     except KeyError:
@@ -84,9 +84,9 @@ def from_ge_dtype(value: int) -> np.dtype:
             name = DataType.Name(int(value))
         except KeyError:
             name = "unknown"
-        raise AtcError("E10003", f"ge DataType {value} ({name}) has no numpy equivalent.",
-                       "Only float, integer, bool and (with ml_dtypes installed) bfloat16 "
-                       "tensors are supported.") from None
+        raise OmFormatError(f"ge DataType {value} ({name}) has no numpy equivalent.",
+                            "Only float, integer, bool and (with ml_dtypes installed) bfloat16 "
+                            "tensors are supported.") from None
 
 
 def tensor_desc(name: str, dtype, shape, layout: str = "ND") -> TensorDescriptor:
@@ -121,26 +121,24 @@ def tensor_def(array: np.ndarray, name: str = "", layout: str = "ND") -> TensorD
 def tensor_from_def(t: TensorDef, weights: Optional[bytes] = None) -> np.ndarray:
     """The array of a TensorDef: inline ``data``, else ``weights[desc.data_offset:][:weight_size]``.
 
-    Raises AtcError E10003 when the bytes do not match the shape or lie outside `weights`."""
+    Raises OmFormatError when the bytes do not match the shape or lie outside `weights`."""
     desc = t.desc
     dtype = from_ge_dtype(desc.dtype).newbyteorder("<")
     shape = tuple(int(d) for d in desc.shape.dim)
     data = t.data
     if not data and desc.weight_size > 0:
         if weights is None:
-            raise AtcError("E10003", f"Tensor '{desc.name}' lives in the weights partition, "
-                           "which was not given.", "Pass the WEIGHTS_DATA partition bytes.")
+            raise OmFormatError(f"Tensor '{desc.name}' lives in the weights partition, which was not given.",
+                                "Pass the WEIGHTS_DATA partition bytes.")
         start, size = int(desc.data_offset), int(desc.weight_size)
         if start < 0 or start + size > len(weights):
-            raise AtcError("E10003", f"Tensor '{desc.name}' data [{start}, {start + size}) lies "
-                           f"outside the {len(weights)}-byte weights partition.",
-                           "Regenerate the .om file.")
+            raise OmFormatError(f"Tensor '{desc.name}' data [{start}, {start + size}) lies "
+                                f"outside the {len(weights)}-byte weights partition.")
         data = weights[start:start + size]
     count = math.prod(shape)   # exact: an int64 product can wrap around to match len(data)
     if any(d < 0 for d in shape) or len(data) != count * dtype.itemsize:
-        raise AtcError("E10003", f"Tensor '{desc.name}' has {len(data)} data bytes, shape "
-                       f"{list(shape)} of {dtype} needs {max(count, 0) * dtype.itemsize}.",
-                       "Regenerate the .om file.")
+        raise OmFormatError(f"Tensor '{desc.name}' has {len(data)} data bytes, shape "
+                            f"{list(shape)} of {dtype} needs {max(count, 0) * dtype.itemsize}.")
     return np.frombuffer(data, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
 
 

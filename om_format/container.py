@@ -7,7 +7,7 @@ Layout (all little-endian; see README.md and the reference ascend-formats.md sec
 Offsets are relative to the first byte after the table; every partition starts 8-byte
 aligned (each is followed by zero padding to a multiple of 8).  The checksum is SHA-256 of everything after
 the header, zero-padded to 64 bytes.  `read_om` checks every field and bound before it
-uses it, and reports each problem as AtcError E10003.
+uses it, and reports each problem as an OmFormatError (E10003 for users).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Optional, Union
 
 from google.protobuf.message import DecodeError
 
-from ge.errors import AtcError
+from om_format.errors import OmFormatError
 from om_format.schema import ModelDef, ModelTaskDef
 from om_format.weights import WeightsBuilder  # noqa: F401  (re-exported)
 
@@ -34,8 +34,6 @@ _TABLE_HEAD = struct.Struct("<II")     # num, padding
 _TABLE_ENTRY = struct.Struct("<IIQQ")  # type, padding, mem_offset, mem_size
 _HEADER = struct.Struct("<III64sIBBBB32sI32sII20sB3sQBB62s")
 assert _HEADER.size == HEADER_SIZE
-
-_SOLUTION = "The file is not a valid .om model or is damaged: regenerate it with atc."
 
 
 class PartitionType(enum.IntEnum):
@@ -191,12 +189,12 @@ def write_om(path: Union[str, os.PathLike], partitions: dict, *, name: str, ops:
         raise
 
 
-def _bad(message: str) -> AtcError:
-    return AtcError("E10003", message, _SOLUTION)
+def _bad(message: str) -> OmFormatError:
+    return OmFormatError(message)
 
 
 def read_om(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> OmFile:
-    """Parse and verify an .om file (path or bytes).  Any problem raises AtcError E10003."""
+    """Parse and verify an .om file (path or bytes).  Any problem raises OmFormatError."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, where = bytes(source), "The .om data"
     else:
@@ -204,8 +202,8 @@ def read_om(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> Om
             with open(source, "rb") as f:
                 data = f.read()
         except OSError as e:
-            raise AtcError("E10003", f"Cannot read .om file [{os.fspath(source)}]: {e.strerror}.",
-                           "Check that the path exists and is readable.") from None
+            raise OmFormatError(f"Cannot read .om file [{os.fspath(source)}]: {e.strerror}.",
+                                "Check that the path exists and is readable.") from None
         where = f"File [{os.fspath(source)}]"
 
     if len(data) < HEADER_SIZE:

@@ -206,10 +206,8 @@ class TaskTiming:
 def simulate_tasks(model: Model) -> list:
     """Price every task of the .om in task order; each starts when the previous ends.  Tasks
     the .om groups into a super kernel share its price (see cost_model.super_kernel_durations)."""
-    from om_format.container import load_task_def
-
     costs = node_costs(model.graph, model.chip, model.dtype_of)
-    task_def = load_task_def(model.loaded.om)
+    task_def = model.loaded.task_def
     defs = {t.op_name: t for t in task_def.task} if task_def is not None else {}
     nodes = {n.name: n for n in model.graph.nodes}
     group_of = {name: nodes[name].provenance.get("super_kernel", "") for name in model.loaded.tasks}

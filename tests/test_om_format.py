@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ge.errors import AtcError
+from ge.om_import import open_om
 from om_format import schema
 from om_format.attrs import (from_attr, from_ge_dtype, get_attrs, set_attrs, tensor_desc,
                              tensor_from_def, to_attr, to_ge_dtype)
@@ -15,6 +16,7 @@ from om_format.container import (HEADER_SIZE, OmHeader, PartitionType, build_om,
                                  load_model_def, load_task_def, read_om, write_om)
 from om_format.schema import (AttrDef, DataType, ModelDef, ModelTaskDef, TaskDef,
                               TensorDescriptor, serialize)
+from om_format.errors import OmFormatError
 from om_format.weights import WeightsBuilder
 
 from helpers import netron_dir, netron_open
@@ -148,9 +150,9 @@ def test_bfloat16_optional():
 def test_dtype_errors():
     with pytest.raises(ValueError):
         to_ge_dtype(np.dtype("U3"))
-    with pytest.raises(AtcError) as e:
+    with pytest.raises(OmFormatError) as e:
         from_ge_dtype(DataType.DT_STRING)
-    assert e.value.code == "E10003" and "DT_STRING" in e.value.message
+    assert "DT_STRING" in e.value.message
 
 
 def test_tensor_from_weights_partition_and_bounds():
@@ -162,10 +164,10 @@ def test_tensor_from_weights_partition_and_bounds():
     attr.t.desc.CopyFrom(tensor_desc("w", np.float32, (3, 4)))
     attr.t.desc.data_offset, attr.t.desc.weight_size = offset, size
     np.testing.assert_array_equal(from_attr(attr, wb.bytes()), arr)
-    with pytest.raises(AtcError):
+    with pytest.raises(OmFormatError):
         from_attr(attr)  # weights not given
     attr.t.desc.data_offset = len(wb) - 8
-    with pytest.raises(AtcError, match="outside"):
+    with pytest.raises(OmFormatError, match="outside"):
         from_attr(attr, wb.bytes())
 
 
@@ -287,7 +289,7 @@ def test_task_and_model_def_loading():
     om = read_om(_om({0: serialize(ModelDef(name="m")), 2: serialize(tasks)}))
     assert load_task_def(om) == tasks
     assert load_task_def(read_om(_om({0: b""}))) is None
-    with pytest.raises(AtcError, match="not a ge.proto.ModelDef"):
+    with pytest.raises(OmFormatError, match="not a ge.proto.ModelDef"):
         load_model_def(read_om(_om({0: b"\xff\xff\xff"})))
 
 
@@ -357,11 +359,13 @@ def test_reader_rejects(case):
     tamper, expected = CASES[case]
     good = _om()
     read_om(good)  # sanity: the untouched file is fine
-    with pytest.raises(AtcError) as e:
+    with pytest.raises(OmFormatError) as e:
         read_om(tamper(bytearray(good)))
-    assert e.value.code == "E10003"
     assert expected in e.value.message, e.value.message
-    assert e.value.solution
+    with pytest.raises(AtcError) as coded:   # what a user of atc / atc-sim sees
+        open_om(tamper(bytearray(good)))
+    assert coded.value.code == "E10003" and expected in coded.value.message
+    assert coded.value.solution and isinstance(coded.value.__cause__, OmFormatError)
 
 
 def test_reader_unchecked_file_skips_checksum():
@@ -373,7 +377,7 @@ def test_reader_unchecked_file_skips_checksum():
 
 def test_reader_missing_file(tmp_path):
     with pytest.raises(AtcError) as e:
-        read_om(tmp_path / "nope.om")
+        open_om(tmp_path / "nope.om")
     assert e.value.code == "E10003" and "nope.om" in e.value.message
 
 
@@ -486,9 +490,9 @@ def test_netron_single_partition_and_relu_flag(tmp_path):
 def test_tensor_from_def_rejects_wrong_byte_count():
     t = schema.TensorDef(data=b"\0" * 7)
     t.desc.CopyFrom(tensor_desc("bad", np.float32, (2,)))
-    with pytest.raises(AtcError) as e:
+    with pytest.raises(OmFormatError) as e:
         tensor_from_def(t)
-    assert e.value.code == "E10003" and "7 data bytes" in e.value.message
+    assert "7 data bytes" in e.value.message
 
 
 def test_message_attrs_pass_through():
