@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from google.protobuf import json_format
 
-from ge.om_import import open_om
+from codegen.om_import import open_om
 from om_format.container import PartitionType
 
 

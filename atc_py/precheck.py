@@ -1,9 +1,9 @@
 """`--mode=3`: check every node of the model without compiling; report supported or not, and why."""
 from __future__ import annotations
 
-from codegen.ops.registry import get_op
 from ge.errors import AtcError
 from ge.onnx_import import load_model, normalize_opset, parse_input_shape
+from ge.ops.registry import get_op
 
 
 def check_model(options) -> tuple:

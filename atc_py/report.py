@@ -16,7 +16,7 @@ from google.protobuf import text_format
 from codegen import super_kernel
 from codegen.om_builder import build_partitions, compute_dtype
 from atc_py.files import write_json_atomic
-from codegen.ops.registry import get_op
+from codegen.registry import kernel_of
 from om_format.container import write_om
 from ge.ir import Graph
 from simulator.cost_model import load_chip
@@ -45,7 +45,7 @@ class FusionReport:
 
 
 def _kernels(graph: Graph) -> int:
-    return sum(1 for n in graph.nodes if not get_op(n.op_type).no_task)
+    return sum(1 for n in graph.nodes if not kernel_of(n.op_type).no_task)
 
 
 def build_report(result, soc_version: str, precision_mode: str, super_kernel_scope: str = "") -> FusionReport:
@@ -53,7 +53,7 @@ def build_report(result, soc_version: str, precision_mode: str, super_kernel_sco
     dtype_of = lambda node: compute_dtype(node, precision_mode)  # noqa: E731
     before = node_costs(result.unfused, chip, dtype_of)
     after = node_costs(result.graph, chip, dtype_of)
-    launched = [n for n in result.graph.nodes if not get_op(n.op_type).no_task]
+    launched = [n for n in result.graph.nodes if not kernel_of(n.op_type).no_task]
     groups = super_kernel.plan(launched, super_kernel_scope)
     stream = price_tasks(result.graph, chip, dtype_of,
                          {name: i for i, group in enumerate(groups) for name in group})

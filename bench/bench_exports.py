@@ -29,7 +29,7 @@ import onnxruntime as ort  # noqa: E402
 import exporters  # noqa: E402  (tests/exporters.py)
 from atc_py.compiler import compile_model  # noqa: E402
 from atc_py.options import AtcOptions  # noqa: E402
-from codegen.ops.registry import get_op  # noqa: E402
+from codegen.registry import kernel_of  # noqa: E402
 
 # (model, layers) -- layers None: the model's full depth.
 CASES = [("resnet50", None), ("bert", 2), ("bert", 12), ("vit", None), ("gpt2", None)]
@@ -40,7 +40,7 @@ def ours(path: str, workdir: str) -> dict:
     options = AtcOptions(model=path, framework="5", output=os.path.join(workdir, "out"), soc_version="Ascend910")
     start = time.time()
     result = compile_model(options, build=False)
-    kernels = [n for n in result.graph.nodes if not get_op(n.op_type).no_task]
+    kernels = [n for n in result.graph.nodes if not kernel_of(n.op_type).no_task]
     types = collections.Counter(n.op_type for n in kernels)
     fired = {s.pass_name.replace("FusionPass", "").replace("Pass", ""): s.effect_times
              for s in result.fusion_stats if s.effect_times}

@@ -1,1 +1,7 @@
-"""Kernel descriptions: the op registry (numerics, shapes, work) and fused-kernel implementations."""
+"""Kernels and lowering: every op's kernel (its .om type, launch, work), fused kernels, the .om
+writer and reader.
+
+Importing `codegen` registers every kernel, explicitly: first the ONNX ops' kernels
+(`codegen.onnx_ops`, one per op of `ge.ops`), then the fused kernels (`codegen.fused`).
+"""
+from codegen import onnx_ops, fused  # noqa: F401  (register every kernel)

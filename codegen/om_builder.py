@@ -18,8 +18,9 @@ from typing import Optional
 import numpy as np
 
 from codegen import super_kernel
-from codegen.ops.common import FLOAT_TYPES
-from codegen.ops.registry import OpKind, get_op
+from codegen.registry import kernel_of
+from ge.ops.common import FLOAT_TYPES
+from ge.ops.registry import OpKind
 from ge.ir import Graph, Node, Value
 from om_format import attrs as om_attrs
 from om_format.container import PartitionType
@@ -42,8 +43,8 @@ def compute_dtype(node: Node, precision_mode: str) -> np.dtype:
               if v is not None and np.dtype(v.desc.dtype) in FLOAT_TYPES]
     if not floats:
         return np.dtype(node.outputs[0].desc.dtype) if node.outputs else np.dtype(np.float32)
-    op = get_op(node.op_type)
-    chosen = _PRECISION_RULES[precision_mode](op.node_kind(node.attrs) if op else OpKind.OPAQUE)
+    kernel = kernel_of(node.op_type)
+    chosen = _PRECISION_RULES[precision_mode](kernel.op.node_kind(node.attrs) if kernel else OpKind.OPAQUE)
     return chosen if chosen is not None else floats[0]
 
 
@@ -63,7 +64,7 @@ class OmPartitions:
 def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_mode: str,
                      extra_attrs: Optional[dict] = None, super_kernel_scope: str = "") -> OmPartitions:
     graph.topological_sort()
-    launched = [n for n in graph.nodes if not get_op(n.op_type).no_task]
+    launched = [n for n in graph.nodes if not kernel_of(n.op_type).no_task]
     super_kernel_of = {name: f"sk_{i}" for i, group in enumerate(super_kernel.plan(launched, super_kernel_scope))
                        for name in group}
     model = ModelDef(name=model_name, version=1)
@@ -99,10 +100,10 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
 
     tasks = ModelTaskDef(version="atc_py-1", soc_version=soc_version, precision_mode=precision_mode)
     for node in graph.nodes:
-        opdef = get_op(node.op_type)
+        kernel = kernel_of(node.op_type)
         inputs = [(i, v) for i, v in enumerate(node.inputs) if v is not None]
         in_refs = [const_ref(v) if v.is_const else refs[id(v)] for _, v in inputs]
-        op = g.op.add(name=node.name, type=opdef.om_type, id=len(g.op))
+        op = g.op.add(name=node.name, type=kernel.om_type, id=len(g.op))
         op.input.extend(in_refs)
         for _, v in inputs:
             op.input_desc.add().CopyFrom(om_attrs.tensor_desc(v.name, v.desc.dtype, v.desc.shape, v.desc.format))
@@ -121,9 +122,9 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
         if node.name in super_kernel_of:
             attrs["_super_kernel"] = super_kernel_of[node.name]
         om_attrs.set_attrs(op.attr, attrs)
-        if not opdef.no_task:
+        if not kernel.no_task:
             task = tasks.task.add(id=len(tasks.task), type=0, stream_id=0, op_name=node.name,
-                                  op_type=opdef.om_type, kernel_type=_kernel_type(opdef.kind),
+                                  op_type=kernel.om_type, kernel_type=_kernel_type(kernel.op.kind),
                                   fusion_pass=node.provenance.get("pass", ""),
                                   compute_dtype=om_attrs.to_ge_dtype(dtype))
             task.inputs.extend(in_refs)

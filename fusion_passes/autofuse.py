@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from typing import Optional, Union
 
 from codegen.fused.autofused import OP_TYPE, encode_subgraph
-from codegen.ops.registry import TensorType
 from fusion_passes import autofuse_grouping as grouping
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Miss, creates_cycle, fuse
 from ge.errors import AtcError
 from ge.ir import Graph, Node, Value
+from ge.ops.registry import TensorType
 
 FLAGS_ENV = "AUTOFUSE_FLAGS"
 DEFAULT_MAX_FUSION_SIZE = 64

@@ -29,10 +29,11 @@ from typing import Optional
 
 import numpy as np
 
-from codegen.ops.registry import OpKind, get_op
+from codegen.registry import kernel_of
 from fusion_passes import reasons
 from fusion_passes.base import Miss, describe
 from ge.ir import Graph, Node
+from ge.ops.registry import OpKind
 
 POINTWISE, REDUCE, VIEW, TAIL = "pointwise", "reduce", "view", "tail"
 CATEGORIES = (POINTWISE, REDUCE, VIEW, TAIL)
@@ -50,22 +51,23 @@ def role(node: Node) -> Optional[str]:
 
 def raw_role(node: Node) -> Optional[str]:
     """The role from the op kind alone."""
-    op = get_op(node.op_type)
-    if op is None or node.op_type == AUTOFUSED_OP:
+    kernel = kernel_of(node.op_type)
+    if kernel is None or node.op_type == AUTOFUSED_OP:
         return None
-    if op.kind in (OpKind.ELEMWISE, OpKind.BROADCAST) and len(node.outputs) == 1:
+    kind = kernel.op.kind
+    if kind in (OpKind.ELEMWISE, OpKind.BROADCAST) and len(node.outputs) == 1:
         return POINTWISE
-    if op.kind == OpKind.REDUCE and len(node.outputs) == 1:
+    if kind == OpKind.REDUCE and len(node.outputs) == 1:
         return REDUCE
-    if op.kind == OpKind.INJECTIVE and op.no_task and len(node.outputs) == 1:
+    if kind == OpKind.INJECTIVE and kernel.no_task and len(node.outputs) == 1:
         return VIEW
-    if op.kind == OpKind.OUT_EWISE_FUSABLE and len(node.outputs) == 1:
+    if kind == OpKind.OUT_EWISE_FUSABLE and len(node.outputs) == 1:
         return TAIL
     return None
 
 
 def launches(node: Node) -> bool:
-    return not get_op(node.op_type).no_task
+    return not kernel_of(node.op_type).no_task
 
 
 def _size(shape) -> int:
@@ -207,8 +209,8 @@ def _opaque_misses(graph: Graph, categories: set, pass_name: str) -> list:
                      None)
         if before is None or after is None:
             continue
-        op = get_op(node.op_type)
-        kind = op.kind.name if op is not None else "unknown"
+        kernel = kernel_of(node.op_type)
+        kind = kernel.op.kind.name if kernel is not None else "unknown"
         misses.append(Miss(reasons.OPAQUE_OP, pass_name, node.name,
                            [(before.name, before.op_type), (node.name, node.op_type), (after.name, after.op_type)],
                            f"{node.op_type} ({kind}) is a boundary autofuse never fuses across: "

@@ -38,8 +38,8 @@ from fusion_passes import reasons
 from fusion_passes.base import (FusionPass, Match, creates_cycle, escaping_values, fuse, operands,
                                 single_consumer)
 from codegen.fused.conv import CONCAT_SLOT, CONV_ATTR_NAMES, RES_PREFIX
-from codegen.ops.registry import TensorType, get_op
 from ge.ir import Graph, Node, Value
+from ge.ops.registry import TensorType, get_op
 
 FUSED_OP = "ConvBNReluFusionOp"
 _SIMPLE_ACTS = ("Relu", "LeakyRelu", "Sigmoid", "HardSwish", "Tanh")

@@ -21,11 +21,11 @@ from typing import Optional
 
 import numpy as np
 
-from codegen.ops.common import normalize_axis
 from fusion_passes import reasons
 from fusion_passes.base import (FusionPass, Match, creates_cycle, escaping_values, fuse, operands,
                                 scalar_const, single_consumer)
 from ge.ir import Graph, Node, Value
+from ge.ops.common import normalize_axis
 
 FUSED_OP = "LayerNormalization"
 

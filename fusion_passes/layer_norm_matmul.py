@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from codegen.fused.gemm import MATMUL_BIAS_OPS
 from codegen.fused.layer_norm import OP_TYPE
-from codegen.ops.common import normalize_axis
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, creates_cycle, fuse
 from ge.ir import Graph, Node, Value
+from ge.ops.common import normalize_axis
 
 
 def _gemm_reader(node: Node, norm: Value) -> bool:

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from codegen.ops.registry import VECTOR_OP_CLASSES, Work
+from codegen.work import VECTOR_OP_CLASSES, Work
 from ge.errors import AtcError
 
 CHIP_DIR = Path(__file__).resolve().parent / "chips"

@@ -1,4 +1,4 @@
-"""Run an IR graph numerically with the registry's kernels.
+"""Run an IR graph numerically with each node's kernel (codegen.registry).
 
 Each kernel sees its float inputs in the dtype it computes in (the .om records it per op)
 and its outputs are stored in that dtype too, so an fp16 graph really passes fp16 tensors
@@ -10,10 +10,10 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from codegen.ops.common import FLOAT_TYPES
-from codegen.ops.registry import get_op
+from codegen.registry import kernel_of
 from ge.errors import AtcError, at_node
 from ge.ir import Graph, Node
+from ge.ops.common import FLOAT_TYPES
 
 
 def _to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -55,7 +55,7 @@ def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.
                 remaining_uses[id(v)] = remaining_uses.get(id(v), 0) + 1
     keep = {id(v) for v in graph.outputs}
     for node in graph.nodes:
-        op = get_op(node.op_type)
+        op = kernel_of(node.op_type).op
         dtype = dtype_of(node) if dtype_of else None
         args = []
         for v in node.inputs:

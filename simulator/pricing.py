@@ -1,8 +1,8 @@
-"""From IR nodes to priced kernels: the glue between the op registry and the cost model.
+"""From IR nodes to priced kernels: the glue between the kernel table and the cost model.
 
 A kernel's global-memory traffic is its external tensors in the dtype it computes in
 (float tensors take the compute dtype; index tensors keep theirs).  Its arithmetic comes
-from the registry's `work` rule, evaluated on those same compute-dtype types, so a fused
+from the kernel's `work` rule, evaluated on those same compute-dtype types, so a fused
 kernel's on-chip intermediates are sized in the dtype it really holds them in.
 
 A fused kernel splits across cores over its largest stage: the elements it splits over are
@@ -15,9 +15,10 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from codegen.ops.common import FLOAT_TYPES
-from codegen.ops.registry import TensorType, get_op
+from codegen.registry import kernel_of
 from ge.ir import Graph, Node, Value
+from ge.ops.common import FLOAT_TYPES
+from ge.ops.registry import TensorType
 from simulator.cost_model import (Chip, KernelSpec, StreamCost, price_kernel, price_stream,
                                   price_super_kernel)
 
@@ -30,16 +31,16 @@ def _as_compute(value: Optional[Value], dtype: np.dtype) -> Optional[TensorType]
 
 
 def kernel_spec(node: Node, dtype: np.dtype) -> KernelSpec:
-    op = get_op(node.op_type)
+    kernel = kernel_of(node.op_type)
     inputs = [_as_compute(v, dtype) for v in node.inputs]
     outputs = [_as_compute(v, dtype) for v in node.outputs]
-    work = op.work(inputs, outputs, node.attrs)
+    work = kernel.work(inputs, outputs, node.attrs)
     return KernelSpec(
         name=node.name, op_type=node.op_type, work=work,
         input_bytes=sum(t.nbytes for t in inputs if t is not None),
         output_bytes=sum(t.nbytes for t in outputs),
         intermediate_bytes=work.onchip_bytes,
-        compute_dtype=dtype, no_task=op.no_task,
+        compute_dtype=dtype, no_task=kernel.no_task,
         output_elements=max(sum(t.size for t in outputs), work.onchip_bytes // np.dtype(dtype).itemsize),
         largest_input_bytes=max((t.nbytes for t in inputs if t is not None), default=0))
 

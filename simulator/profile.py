@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from codegen.registry import kernel_of
 from om_format import attrs as om_attrs
 from simulator.runner import Model
 
@@ -87,10 +88,8 @@ def op_summary_rows(model: Model, timings: list) -> list:
 
 
 def _om_type(node) -> str:
-    from codegen.ops.registry import get_op
-
-    op = get_op(node.op_type)
-    return op.om_type if op else node.op_type
+    kernel = kernel_of(node.op_type)
+    return kernel.om_type if kernel else node.op_type
 
 
 def write_op_summary(path: str, rows: list) -> None:

@@ -19,9 +19,9 @@ from typing import Optional
 
 import numpy as np
 
+from codegen.om_import import LoadedOm, load_om_graph
 from ge.errors import AtcError
 from ge.ir import Graph, Value
-from ge.om_import import LoadedOm, load_om_graph
 from simulator.cost_model import Chip, KernelCost, load_chip, super_kernel_durations
 from simulator.executor import run_graph
 from simulator.pricing import node_costs

@@ -14,7 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from atc_py import zoo
 from codegen.fused.autofused import decode_subgraph
-from codegen.ops.registry import TensorType, get_op
+from codegen.registry import kernel_of
+from ge.ops.registry import TensorType
 from fusion_passes.autofuse import AutofuseFlags, AutoFusePass
 from fusion_passes.base import creates_cycle
 from ge.errors import AtcError
@@ -338,13 +339,13 @@ def test_work_is_the_members_work_and_intermediates_stay_on_chip():
     fused, _ = fuse(model)
     node = fused.nodes[0]
     t = lambda v: TensorType(v.desc.dtype, tuple(v.desc.shape))  # noqa: E731
-    work = get_op(KERNEL).work([t(v) for v in node.inputs], [t(v) for v in node.outputs], node.attrs)
-    members = [get_op(n.op_type).work([t(v) for v in n.inputs], [t(v) for v in n.outputs], n.attrs)
+    work = kernel_of(KERNEL).work([t(v) for v in node.inputs], [t(v) for v in node.outputs], node.attrs)
+    members = [kernel_of(n.op_type).work([t(v) for v in n.inputs], [t(v) for v in n.outputs], n.attrs)
                for n in unfused.nodes]
     assert work.vector_ops == (members[0] + members[1]).vector_ops
     add = unfused.nodes[0].outputs[0]
     assert work.onchip_bytes == add.desc.nbytes                 # the Add result never leaves the chip
-    assert get_op(KERNEL).infer([t(v) for v in node.inputs], node.attrs) == [t(v) for v in node.outputs]
+    assert kernel_of(KERNEL).op.infer([t(v) for v in node.inputs], node.attrs) == [t(v) for v in node.outputs]
 
 
 def test_subgraph_attr_is_plain_json_without_node_names():
@@ -368,7 +369,7 @@ def test_om_round_trip_through_the_cli(tmp_path):
                            f"--output={out}", "--soc_version=Ascend910"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    from ge.om_import import load_om_graph
+    from codegen.om_import import load_om_graph
     from simulator.executor import run_graph
     loaded = load_om_graph(f"{out}.om")
     assert op_types(loaded.graph) == [KERNEL]

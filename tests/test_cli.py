@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import cli
 from atc_py import zoo
-from ge.om_import import load_om_graph
+from codegen.om_import import load_om_graph
 
 from helpers import lower, netron_open
 
@@ -89,8 +89,8 @@ def test_netron_opens_compiled_om_with_every_op_and_weight(capsys, tmp_path, see
     loaded = load_om_graph(str(out) + ".om")
     kinds = [n["type"] for n in nodes]
     graph = loaded.graph
-    from codegen.ops.registry import get_op
-    expected = [get_op(n.op_type).om_type for n in graph.nodes]
+    from codegen.registry import kernel_of
+    expected = [kernel_of(n.op_type).om_type for n in graph.nodes]
     assert [k for k in kinds if k not in ("Data", "Const", "NetOutput")] == expected
     assert "Data" in kinds and "NetOutput" in kinds
     # Weights Netron resolved equal the ONNX initializers byte for byte.
@@ -122,8 +122,8 @@ def test_mode1_json_roundtrip_ops_and_weights(capsys, tmp_path, seed_model, monk
     ops = content["model_def"]["graph"][0]["op"]
     compute_ops = [(op["name"], op["type"]) for op in ops if op["type"] not in ("Data", "Const", "NetOutput")]
     graph = lower(onnx.load(seed_model))
-    from codegen.ops.registry import get_op
-    assert compute_ops == [(n.name, get_op(n.op_type).om_type) for n in graph.nodes]
+    from codegen.registry import kernel_of
+    assert compute_ops == [(n.name, kernel_of(n.op_type).om_type) for n in graph.nodes]
     loaded = load_om_graph(f"{out}.om")
     consts = {v.name: v.const for v in loaded.graph.values() if v.is_const}
     for init in onnx.load(seed_model).graph.initializer:

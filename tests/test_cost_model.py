@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from codegen.ops.registry import TensorType, Work, get_op
+from codegen.registry import kernel_of
+from codegen.work import Work
+from ge.ops.registry import TensorType
 from ge.errors import AtcError
 from simulator import cost_model as cm
 from simulator.cost_model import (KernelSpec, available_socs, load_chip, price_kernel,
@@ -169,10 +171,10 @@ def test_l2_resident_inputs_are_cheaper():
 
 
 def test_registry_work_rule_prices():
-    # The registry's Work is the cost model's input: a Relu's work comes straight from it.
-    op = get_op("Relu")
+    # The kernel's Work is the cost model's input: a Relu's work comes straight from it.
+    kernel = kernel_of("Relu")
     t = TensorType(FP16, (64, 1024))
-    spec = KernelSpec("relu", "Relu", op.work([t], [t], {}), t.nbytes, t.nbytes, compute_dtype=FP16)
+    spec = KernelSpec("relu", "Relu", kernel.work([t], [t], {}), t.nbytes, t.nbytes, compute_dtype=FP16)
     cost = price_kernel(load_chip("Ascend910"), spec)
     assert cost.vector_us > 0 and cost.total_us > cost.launch_us
 

@@ -9,7 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from atc_py import zoo
-from codegen.ops.registry import TensorType, get_op
+from codegen.registry import kernel_of
+from ge.ops.registry import TensorType
 from fusion_passes import pipeline
 from tests.helpers import assert_matches_ort, lower, op_types
 from tests.helpers import fuse as fuse_pipeline
@@ -196,11 +197,11 @@ def test_fused_work_keeps_conv_macs_and_epilogue():
     plain = lower(model)
     conv = next(n for n in plain.nodes if n.op_type == "Conv")
     t = lambda v: TensorType(np.dtype(np.float16), tuple(v.desc.shape))  # noqa: E731
-    conv_work = get_op("Conv").work([t(v) for v in conv.inputs], [t(conv.outputs[0])], conv.attrs)
+    conv_work = kernel_of("Conv").work([t(v) for v in conv.inputs], [t(conv.outputs[0])], conv.attrs)
     graph, _ = fuse(model)
     node = graph.nodes[0]
     out = t(node.outputs[0])
-    work = get_op(CBR).work([t(v) for v in node.inputs], [out], node.attrs)
+    work = kernel_of(CBR).work([t(v) for v in node.inputs], [out], node.attrs)
     assert work.cube_macs == conv_work.cube_macs > 0
     assert work.vector_ops["alu"] == 3 * out.size          # bias, residual add, relu
     assert work.onchip_bytes == 2 * out.nbytes             # conv accumulator, residual sum
@@ -362,7 +363,7 @@ def test_head_work_counts_conv_pool_and_fc():
     graph, _ = fuse(_head())
     node = graph.nodes[0]
     t = lambda v: None if v is None else TensorType(np.dtype(np.float32), tuple(v.desc.shape))  # noqa: E731
-    work = get_op(HEAD).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)
+    work = kernel_of(HEAD).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)
     conv_macs = N * COUT * H * H * CIN * 9
     assert work.cube_macs == conv_macs + N * COUT * 5
     block_bytes = N * COUT * H * H * 4
@@ -544,10 +545,10 @@ def test_residual_conv_work_counts_both_gemms_and_one_tile():
     t = lambda v: None if v is None else TensorType(np.dtype(np.float16), tuple(v.desc.shape))  # noqa: E731
     plain = lower(model)
     convs = [n for n in plain.nodes if n.op_type == "Conv"]
-    macs = sum(get_op("Conv").work([t(v) for v in c.inputs], [t(c.outputs[0])], c.attrs).cube_macs for c in convs)
+    macs = sum(kernel_of("Conv").work([t(v) for v in c.inputs], [t(c.outputs[0])], c.attrs).cube_macs for c in convs)
     node = fuse(model)[0].nodes[0]
     out = t(node.outputs[0])
-    work = get_op(CBR).work([t(v) for v in node.inputs], [out], node.attrs)
+    work = kernel_of(CBR).work([t(v) for v in node.inputs], [out], node.attrs)
     assert work.cube_macs == macs == N * COUT * (H // 2) ** 2 * (CIN * 9 + CIN)
     assert work.vector_ops["alu"] == 2 * out.size          # one (summed) bias, relu: the add is in the cube
     assert work.onchip_bytes == out.nbytes                 # one accumulator tile for both GEMMs
@@ -655,7 +656,7 @@ def test_permuted_store_work_is_the_conv_block():
     graph, _ = fuse(_patch_embed())
     node = graph.nodes[0]
     t = lambda v: TensorType(np.dtype(np.float32), tuple(v.desc.shape))  # noqa: E731
-    work = get_op(CBR).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)
+    work = kernel_of(CBR).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)
     assert work.cube_macs == N * COUT * 16 * CIN * 4
     assert work.vector_ops == {"alu": N * COUT * 16}       # the bias; the layout change is in the store
     assert tuple(node.outputs[0].desc.shape) == (N, 16, COUT)
@@ -673,7 +674,7 @@ def test_concatenated_store_takes_the_cls_token(cls_last):
     assert node.inputs[3:6] == [None] * 3 and node.inputs[6].name.startswith("cls")
     assert tuple(node.outputs[0].desc.shape) == (N, 17, COUT)
     t = lambda v: None if v is None else TensorType(np.dtype(np.float16), tuple(v.desc.shape))  # noqa: E731
-    work = get_op(CBR).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)
+    work = kernel_of(CBR).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)
     assert work.cube_macs == N * COUT * 16 * CIN * 4
     assert work.vector_ops == {"alu": N * COUT * 16, "move": N * COUT}      # bias on the tile; CLS copy
     assert_matches_ort(model, graph)

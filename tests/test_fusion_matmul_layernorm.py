@@ -12,7 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from atc_py import zoo
 from codegen.om_builder import build_partitions
-from codegen.ops.registry import TensorType, get_op
+from codegen.registry import kernel_of
+from ge.ops.registry import TensorType
 from fusion_passes.layer_norm import LayerNormFusionPass
 from fusion_passes.layer_norm_matmul import LayerNormMatMulFusionPass
 from fusion_passes.matmul_bias_act import MatMulBiasActFusionPass
@@ -464,14 +465,14 @@ def test_matmul_bias_disabled_by_fused_op_name():
 
 
 def test_matmul_bias_work_is_gemm_plus_epilogue():
-    op = get_op("MatMulBiasReluFusionOp")
+    kernel = kernel_of("MatMulBiasReluFusionOp")
     x, w, b, r = (TensorType(np.float16, s) for s in [(2, 3, 8), (8, 4), (4,), (2, 3, 4)])
     out = TensorType(np.float16, (2, 3, 4))
-    work = op.work([x, w, b, r], [out], {})
+    work = kernel.work([x, w, b, r], [out], {})
     assert work.cube_macs == 6 * 8 * 4
     assert work.vector_ops == {"alu": 3 * 24}                # bias, relu, residual
     assert work.onchip_bytes == 3 * out.nbytes               # product, +bias, relu kept on chip
-    assert op.infer([x, w, b, r], {}) == [out]
+    assert kernel.op.infer([x, w, b, r], {}) == [out]
 
 
 # -- LayerNormMatMul ---------------------------------------------------------------------------
@@ -571,14 +572,14 @@ def test_layernorm_matmul_disabled_leaves_layernorm_kernel():
 
 
 def test_layernorm_matmul_work_adds_ln_and_gemm():
-    op = get_op("LayerNormMatMulFusionOp")
+    kernel = kernel_of("LayerNormMatMulFusionOp")
     f = np.float16
     x, g, b, w, bias = (TensorType(f, s) for s in [(6, 8), (8,), (8,), (8, 4), (4,)])
-    outs = op.infer([x, g, b, w, bias], {"emit_normalized": 1})
+    outs = kernel.op.infer([x, g, b, w, bias], {"emit_normalized": 1})
     assert [o.shape for o in outs] == [(6, 4), (6, 8)]
-    work = op.work([x, g, b, w, bias], outs, {"activation": "Gelu", "epsilon": 1e-5})
-    ln = get_op("LayerNormalization").work([x, g, b], [x], {})
-    gemm = get_op("MatMulBiasGeluFusionOp").work([x, w, bias], outs[:1], {})
+    work = kernel.work([x, g, b, w, bias], outs, {"activation": "Gelu", "epsilon": 1e-5})
+    ln = kernel_of("LayerNormalization").work([x, g, b], [x], {})
+    gemm = kernel_of("MatMulBiasGeluFusionOp").work([x, w, bias], outs[:1], {})
     assert work.cube_macs == gemm.cube_macs == 6 * 8 * 4
     assert work.vector_ops == (ln + gemm).vector_ops
     assert work.onchip_bytes == x.nbytes + gemm.onchip_bytes

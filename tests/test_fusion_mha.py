@@ -9,7 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from atc_py import zoo
 from codegen.fused.attention import OP_TYPE
-from codegen.ops.registry import TensorType, get_op
+from codegen.registry import kernel_of
+from ge.ops.registry import TensorType
 from fusion_passes import pipeline
 from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
 from ge.errors import AtcError
@@ -316,25 +317,25 @@ def _types(b=1, s=8, hidden=32, heads=2, dtype=np.float16):
 
 
 def test_kernel_infer_and_work():
-    op = get_op(OP_TYPE)
+    kernel = kernel_of(OP_TYPE)
     inputs, attrs = _types()
-    [out] = op.infer(inputs, attrs)
+    [out] = kernel.op.infer(inputs, attrs)
     assert out.shape == (1, 8, 32) and out.dtype == np.float16
-    work = op.work(inputs, [out], attrs)
+    work = kernel.work(inputs, [out], attrs)
     scores = 1 * 2 * 8 * 8
     assert work.cube_macs == 8 * 32 * 96 + 2 * scores * 16
     assert work.vector_ops == {"alu": 8 * 96 + 5 * scores, "transcendental": scores, "div": scores}
     assert work.onchip_bytes == 2 * (2 * scores + 8 * 96)
     no_mask = dict(attrs, mask_kind="none")
-    assert op.work(inputs[:3], [out], no_mask).vector_ops["alu"] == 8 * 96 + 4 * scores
+    assert kernel.work(inputs[:3], [out], no_mask).vector_ops["alu"] == 8 * 96 + 4 * scores
 
 
 def test_kernel_rejects_inconsistent_shapes():
-    op = get_op(OP_TYPE)
+    kernel = kernel_of(OP_TYPE)
     inputs, attrs = _types()
     with pytest.raises(AtcError):
-        op.infer(inputs, dict(attrs, num_heads=3))
+        kernel.op.infer(inputs, dict(attrs, num_heads=3))
     with pytest.raises(AtcError):
-        op.infer(inputs[:3] + [TensorType(np.dtype(np.float16), (1, 1, 3, 3))], attrs)
+        kernel.op.infer(inputs[:3] + [TensorType(np.dtype(np.float16), (1, 1, 3, 3))], attrs)
     with pytest.raises(AtcError):
-        op.infer(inputs[:3], attrs)   # mask_kind add without a mask
+        kernel.op.infer(inputs[:3], attrs)   # mask_kind add without a mask

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ge.errors import AtcError
-from ge.om_import import open_om
+from codegen.om_import import open_om
 from om_format import schema
 from om_format.attrs import (from_attr, from_ge_dtype, get_attrs, set_attrs, tensor_desc,
                              tensor_from_def, to_attr, to_ge_dtype)

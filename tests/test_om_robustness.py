@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import cli as atc_cli
 from ge.errors import AtcError
-from ge.om_import import load_om_graph
+from codegen.om_import import load_om_graph
 from om_format import attrs as om_attrs
 from om_format.container import PartitionType, build_om, load_model_def, load_task_def, read_om
 from simulator import cli as sim_cli

@@ -4,7 +4,8 @@ import onnx
 import pytest
 from onnx import helper
 
-from codegen.ops.registry import TensorType, get_op
+from codegen.registry import kernel_of
+from ge.ops.registry import TensorType, get_op
 from ge.errors import AtcError
 
 from helpers import ort_session
@@ -93,7 +94,7 @@ def test_conv(xs, ws, bias, attrs):
 @pytest.mark.parametrize("strides", [[1, 1], [2, 2]])
 def test_depthwise_channel_blocks(monkeypatch, strides):
     """The depthwise path processes channels in cache-sized blocks: force many small blocks."""
-    from codegen.ops import nn
+    from ge.ops import nn
     monkeypatch.setattr(nn, "_DEPTHWISE_BLOCK", 40)
     check("Conv", [rand(2, 6, 7, 7), rand(12, 1, 3, 3), rand(12)],
           {"group": 6, "pads": [1, 1, 1, 1], "strides": strides}, rtol=1e-4, atol=1e-5)
@@ -105,7 +106,7 @@ def test_conv_work_counts_macs():
     attrs = {"group": 2, "pads": [1, 1, 1, 1]}
     out = op.infer([x, w], attrs)
     assert out[0].shape == (2, 6, 8, 8)
-    assert op.work([x, w], out, attrs).cube_macs == 2 * 6 * 8 * 8 * 2 * 3 * 3
+    assert kernel_of(op.op_type).work([x, w], out, attrs).cube_macs == 2 * 6 * 8 * 8 * 2 * 3 * 3
 
 
 def test_conv_channel_mismatch_is_atc_error():
@@ -193,7 +194,7 @@ def test_matmul_int_and_work():
     check("MatMul", [a, b], {})
     op = get_op("MatMul")
     ta, tb = TensorType(np.float32, (2, 3, 4)), TensorType(np.float32, (4, 6))
-    assert op.work([ta, tb], op.infer([ta, tb], {}), {}).cube_macs == 2 * 3 * 4 * 6
+    assert kernel_of(op.op_type).work([ta, tb], op.infer([ta, tb], {}), {}).cube_macs == 2 * 3 * 4 * 6
 
 
 def test_matmul_mismatch_is_atc_error():
@@ -223,7 +224,7 @@ def test_gemm_work():
           TensorType(np.float32, (32,))]
     out = op.infer(ts, {"transB": 1})
     assert out[0].shape == (8, 32)
-    work = op.work(ts, out, {"transB": 1})
+    work = kernel_of(op.op_type).work(ts, out, {"transB": 1})
     assert work.cube_macs == 8 * 16 * 32 and work.vector_ops["alu"] == 8 * 32
 
 
@@ -234,7 +235,7 @@ def test_pool_work_and_errors():
         op = get_op(op_type)
         out = op.infer([x], attrs)
         assert out[0].shape == (1, 2, 4, 4)
-        assert op.work([x], out, attrs).vector_ops["alu"] == 2 * 16 * alu
+        assert kernel_of(op.op_type).work([x], out, attrs).vector_ops["alu"] == 2 * 16 * alu
     with pytest.raises(AtcError):
         get_op("MaxPool").infer([x], {"kernel_shape": [3]})
     with pytest.raises(AtcError):
@@ -247,7 +248,7 @@ def test_pool_work_and_errors():
 def test_negative_pads_are_refused_by_the_shape_rule(op_type):
     """ONNX's checker refuses them at import; the shape rule refuses them too, for an .om
     that carries them."""
-    from codegen.ops.registry import TensorType, get_op
+    from ge.ops.registry import TensorType, get_op
     from ge.errors import AtcError
     x = TensorType(np.dtype(np.float32), (1, 1, 6, 6))
     inputs = [x] if op_type != "Conv" else [x, TensorType(np.dtype(np.float32), (1, 1, 2, 2))]

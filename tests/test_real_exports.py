@@ -276,7 +276,7 @@ def test_every_conv_in_a_fused_kernel(exports, name, exporter):
     (Conv+BN in TorchScript, a lone Conv with the BN folded in dynamo) are residual convs of
     their stage's conv3 kernel; ViT's patch conv stores its output as [B, HW, C] next to the
     CLS token, and autofuse adds the position embedding in the same kernel."""
-    from codegen.ops.registry import get_op
+    from codegen.registry import kernel_of
     model = exports.model(name, exporter)
     graph, stats = fuse(model)
     types = [n.op_type for n in graph.nodes]
@@ -285,7 +285,7 @@ def test_every_conv_in_a_fused_kernel(exports, name, exporter):
     covered = {o for n in graph.nodes if n.op_type in CONV_KERNELS for o in n.origin}
     assert convs and convs <= covered
     assert stats["ConvBNReluFusionPass"].misses == []
-    kernels = [n for n in graph.nodes if not get_op(n.op_type).no_task]
+    kernels = [n for n in graph.nodes if not kernel_of(n.op_type).no_task]
     if name == "resnet50":
         assert graph.op_type_counts() == KERNELS[name]
         assert sum(1 for n in graph.nodes if n.attrs.get("residual_conv")) == 4    # one per stage

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import cli
 from atc_py import zoo
-from ge.om_import import load_om_graph
+from codegen.om_import import load_om_graph
 from om_format.schema import ModelDef
 
 from helpers import netron_open

@@ -6,7 +6,7 @@ import pytest
 
 import cli as atc_cli
 from atc_py import zoo
-from ge.om_import import load_om_graph
+from codegen.om_import import load_om_graph
 from simulator import cli as sim_cli
 
 

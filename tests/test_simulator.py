@@ -16,7 +16,7 @@ import pytest
 
 import cli as atc_cli
 from atc_py import zoo
-from ge.om_import import load_om_graph
+from codegen.om_import import load_om_graph
 from simulator import cli as sim_cli
 from simulator import runner
 from simulator.compare import TOLERANCE, compare_one

@@ -10,7 +10,7 @@ from atc_py import zoo
 from codegen import super_kernel
 from ge.errors import AtcError
 from ge.ir import Graph, TensorDesc
-from ge.om_import import load_om_graph
+from codegen.om_import import load_om_graph
 from om_format.container import load_task_def, read_om
 from simulator.cost_model import load_chip, price_super_kernel
 from simulator.pricing import graph_specs, price_tasks

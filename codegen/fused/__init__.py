@@ -1,10 +1,8 @@
 """Kernels of fused ops (ConvBNReluFusionOp, MultiHeadAttentionFusionOp, autofused groups...).
 
-Each module registers its fused op types in `codegen.ops.registry`, next to the ONNX ops,
-so the simulator and the cost model treat fused and unfused kernels through one ruler.
+Each module defines its fused op types' semantics (an `OpDef`: compute, infer, kind) and
+registers their kernels in `codegen.registry`, next to the ONNX ops' kernels, so the
+simulator and the cost model treat fused and unfused kernels through one ruler.  This
+package imports every module.
 """
-import importlib
-import pkgutil
-
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    importlib.import_module(f"{__name__}.{_module}")
+from codegen.fused import attention, autofused, conv, gemm, layer_norm  # noqa: F401  (register their kernels)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
+from codegen.registry import register
+from codegen.work import Work
+from ge.ops.registry import OpDef, OpKind, TensorType
 from ge.errors import AtcError
 
 OP_TYPE = "MultiHeadAttentionFusionOp"
@@ -98,4 +100,4 @@ def work(inputs, outputs, attrs):
     return result
 
 
-register(OpDef(OP_TYPE, OpKind.OUT_EWISE_FUSABLE, compute, infer, work, ge_type=OP_TYPE))
+register(OpDef(OP_TYPE, OpKind.OUT_EWISE_FUSABLE, compute, infer), work)

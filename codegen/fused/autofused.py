@@ -12,10 +12,10 @@ A ref is ["i", k] (kernel input k), ["o", op, j] (output j of op number `op`) or
 (an omitted optional input).  Attrs are plain JSON; numpy arrays are tagged objects.
 Node names are not in it, so identical blocks encode identically (autofuse hashes it).
 
-Numerics: each member runs its own registry kernel, in the dtype the executor would have
+Numerics: each member runs its own kernel's compute, in the dtype the executor would have
 given it unfused (all floats in the kernel's compute dtype when the precision mode changed
 them, else each member's own dtype); intermediates live only inside the call.
-Pricing: the sum of the members' registry work; ``onchip_bytes`` adds the group's internal
+Pricing: the sum of the members' kernels' work; ``onchip_bytes`` adds the group's internal
 intermediates (the tensors the unfused graph wrote to global memory and read back).
 """
 from __future__ import annotations
@@ -26,8 +26,10 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from codegen.ops.common import FLOAT_TYPES
-from codegen.ops.registry import OpDef, OpKind, TensorType, Work, get_op, register
+from codegen.registry import kernel_of, register
+from codegen.work import Work
+from ge.ops.common import FLOAT_TYPES
+from ge.ops.registry import OpDef, OpKind, TensorType
 
 OP_TYPE = "AutofusedKernel"
 
@@ -148,7 +150,7 @@ def compute(inputs, attrs):
         dtype = forced or _member_dtype(sub, index)
         args = [None if r is None else _cast(inputs[r[1]] if r[0] == "i" else results[r[1]][r[2]], dtype)
                 for r in refs]
-        results.append([np.asarray(y) for y in get_op(op_type).compute(args, op_attrs)])
+        results.append([np.asarray(y) for y in kernel_of(op_type).op.compute(args, op_attrs)])
     return [inputs[r[1]] if r[0] == "i" else results[r[1]][r[2]] for r in sub.outputs]
 
 
@@ -167,7 +169,7 @@ def member_types(sub: SubGraph, forced: Optional[np.dtype]) -> list:
 
 
 def work(inputs, outputs, attrs):
-    """Sum of the members' registry work; on chip: each member's own intermediates plus every
+    """Sum of the members' kernels' work; on chip: each member's own intermediates plus every
     internal tensor (not a kernel output) a launching member produces."""
     sub = _subgraph(attrs)
     forced = _override(sub, inputs)
@@ -175,9 +177,9 @@ def work(inputs, outputs, attrs):
     total = Work()
     internal = 0
     for index, ((op_type, op_attrs, _, _), (ins, outs)) in enumerate(zip(sub.ops, member_types(sub, forced))):
-        op = get_op(op_type)
-        total = total + op.work(ins, outs, op_attrs)
-        if not op.no_task:
+        kernel = kernel_of(op_type)
+        total = total + kernel.work(ins, outs, op_attrs)
+        if not kernel.no_task:
             internal += sum(t.nbytes for j, t in enumerate(outs) if ("o", index, j) not in exported)
     total.onchip_bytes += internal
     return total
@@ -186,9 +188,9 @@ def work(inputs, outputs, attrs):
 def kind_of(attrs: dict) -> OpKind:
     """A group that holds a conv/matmul anchor is a cube kernel (its precision follows the
     cube's under allow_mix_precision); a pointwise/reduce group is not."""
-    anchored = any(get_op(op_type).node_kind(op_attrs) == OpKind.OUT_EWISE_FUSABLE
+    anchored = any(kernel_of(op_type).op.node_kind(op_attrs) == OpKind.OUT_EWISE_FUSABLE
                    for op_type, op_attrs, _, _ in _subgraph(attrs).ops)
     return OpKind.OUT_EWISE_FUSABLE if anchored else OpKind.OPAQUE
 
 
-register(OpDef(OP_TYPE, OpKind.OPAQUE, compute, infer, work, ge_type=OP_TYPE, kind_of=kind_of))
+register(OpDef(OP_TYPE, OpKind.OPAQUE, compute, infer, kind_of=kind_of), work)

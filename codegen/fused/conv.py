@@ -32,8 +32,8 @@ inputs from CONCAT_SLOT on, into their places (vector `move` work of their size)
 Numerics: float16 data is widened to float32 once; the conv accumulates in float32 and the
 whole epilogue (bias, residual, activation, pooling, FC) stays float32 on chip; only the
 kernel's output is rounded back to float16 -- one rounding where the unfused graph has one
-per op.  Every piece of arithmetic reuses the ONNX kernels of codegen.ops, and the work
-rules reuse theirs, so fused and unfused kernels are priced by one ruler.
+per op.  Every piece of arithmetic reuses the ONNX ops of ge.ops, and the work
+rules reuse their kernels', so fused and unfused kernels are priced by one ruler.
 """
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from codegen.ops.registry import OpDef, OpKind, TensorType, Work, get_op, register
+from codegen.registry import kernel_of, register
+from codegen.work import Work
+from ge.ops.registry import OpDef, OpKind, TensorType, get_op
 from ge.errors import AtcError
 
 ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSwish", "SiLU", "Tanh")
@@ -126,9 +128,9 @@ def _conv_block_work(inputs: Sequence[Optional[TensorType]], out: TensorType, at
     intermediates kept on chip: the conv accumulator, the residual sum when an activation
     follows it, and SiLU's sigmoid -- each a tensor of the block's output size that the
     unfused graph writes out."""
-    work = get_op("Conv").work(list(inputs[:2]), [out], attrs)
+    work = kernel_of("Conv").work(list(inputs[:2]), [out], attrs)
     if attrs.get("residual_conv"):
-        side = get_op("Conv").work(list(inputs[res_slot:res_slot + 2]), [out], residual_conv_attrs(attrs))
+        side = kernel_of("Conv").work(list(inputs[res_slot:res_slot + 2]), [out], residual_conv_attrs(attrs))
         work.cube_macs += side.cube_macs
     stages = 1
     if _slot(inputs, 2) is not None:
@@ -137,7 +139,7 @@ def _conv_block_work(inputs: Sequence[Optional[TensorType]], out: TensorType, at
         work.add_vector("alu", out.size)
         stages += 1 if attrs.get("activation") else 0
     for op_type, op_attrs in activation_op(attrs):
-        work = work + get_op(op_type).work([out, out] if op_type == "Mul" else [out], [out], op_attrs)
+        work = work + kernel_of(op_type).work([out, out] if op_type == "Mul" else [out], [out], op_attrs)
     if attrs.get("activation") == "SiLU":
         stages += 1
     work.onchip_bytes = stages * out.nbytes
@@ -200,8 +202,8 @@ def conv_bn_relu_work(inputs, outputs, attrs):
     return work
 
 
-register(OpDef("ConvBNReluFusionOp", OpKind.OUT_EWISE_FUSABLE, conv_bn_relu_compute,
-               conv_bn_relu_infer, conv_bn_relu_work, ge_type="ConvBNReluFusionOp"))
+register(OpDef("ConvBNReluFusionOp", OpKind.OUT_EWISE_FUSABLE, conv_bn_relu_compute, conv_bn_relu_infer),
+         conv_bn_relu_work)
 
 
 # -- ConvPoolFCFusionOp --------------------------------------------------------------------
@@ -245,11 +247,11 @@ def conv_pool_fc_work(inputs, outputs, attrs):
     work = _conv_block_work(inputs, block, attrs, HEAD_RES_SLOT)
     work.add_vector("alu", block.size).add_vector("div", pooled.size)
     fc_in = [pooled, inputs[FC_WEIGHT]] + ([inputs[FC_BIAS]] if _slot(inputs, FC_BIAS) is not None else [])
-    fc = get_op("Gemm").work(fc_in, outputs, _fc_attrs(attrs))
+    fc = kernel_of("Gemm").work(fc_in, outputs, _fc_attrs(attrs))
     total = work + fc
     total.onchip_bytes = work.onchip_bytes + block.nbytes + pooled.nbytes
     return total
 
 
-register(OpDef("ConvPoolFCFusionOp", OpKind.OUT_EWISE_FUSABLE, conv_pool_fc_compute,
-               conv_pool_fc_infer, conv_pool_fc_work, ge_type="ConvPoolFCFusionOp"))
+register(OpDef("ConvPoolFCFusionOp", OpKind.OUT_EWISE_FUSABLE, conv_pool_fc_compute, conv_pool_fc_infer),
+         conv_pool_fc_work)

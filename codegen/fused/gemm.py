@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from codegen.ops.nn import matmul_shape
-from codegen.ops.registry import OpDef, OpKind, TensorType, Work, get_op, register
+from codegen.registry import kernel_of, register
+from codegen.work import Work
+from ge.ops.nn import matmul_shape
+from ge.ops.registry import OpDef, OpKind, TensorType, get_op
 from ge.errors import AtcError
 
 # activation attr -> (ONNX op whose kernel computes it, its attributes)
@@ -87,7 +89,7 @@ def epilogue_work(out: TensorType, has_bias: bool, activation: str, has_residual
         stages += 1
     spec = ACTIVATIONS[activation]
     if spec is not None:
-        work = work + get_op(spec[0]).work([out], [out], dict(spec[1]))
+        work = work + kernel_of(spec[0]).work([out], [out], dict(spec[1]))
         stages += 1
     if has_residual:
         work.add_vector("alu", out.size)
@@ -105,9 +107,8 @@ def gemm_work(inputs, outputs, act: str = ""):
 
 def _register(op_type: str, act: str) -> None:
     register(OpDef(op_type=op_type, kind=OpKind.OUT_EWISE_FUSABLE,
-                   compute=lambda inputs, attrs: gemm_compute(inputs, act),
-                   infer=gemm_infer, work=lambda inputs, outputs, attrs: gemm_work(inputs, outputs, act),
-                   ge_type=op_type))
+                   compute=lambda inputs, attrs: gemm_compute(inputs, act), infer=gemm_infer),
+             work=lambda inputs, outputs, attrs: gemm_work(inputs, outputs, act))
 
 
 for _act, _op_type in FUSED_OP_BY_ACTIVATION.items():

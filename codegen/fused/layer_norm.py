@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from codegen.fused.gemm import ACTIVATIONS, gemm_compute, gemm_infer, gemm_work
-from codegen.ops.registry import OpDef, OpKind, TensorType, get_op, register
+from codegen.registry import kernel_of, register
+from ge.ops.registry import OpDef, OpKind, TensorType, get_op
 from ge.errors import invalid_attr
 
 OP_TYPE = "LayerNormMatMulFusionOp"
@@ -62,12 +63,11 @@ def _work(inputs, outputs, attrs):
     x = inputs[0]
     normalized = TensorType(np.dtype(x.dtype), tuple(x.shape))
     ln_inputs = [x] + list(inputs[1:3])
-    ln = get_op("LayerNormalization").work(ln_inputs, [normalized], _ln_attrs(attrs))
+    ln = kernel_of("LayerNormalization").work(ln_inputs, [normalized], _ln_attrs(attrs))
     gemm = gemm_work(_gemm_inputs(normalized, inputs), outputs[:1], _activation(attrs))
     work = ln + gemm
     work.onchip_bytes = normalized.nbytes + gemm.onchip_bytes
     return work
 
 
-register(OpDef(op_type=OP_TYPE, kind=OpKind.OUT_EWISE_FUSABLE, compute=_compute, infer=_infer,
-               work=_work, ge_type=OP_TYPE))
+register(OpDef(op_type=OP_TYPE, kind=OpKind.OUT_EWISE_FUSABLE, compute=_compute, infer=_infer), _work)

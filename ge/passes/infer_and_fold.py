@@ -1,9 +1,9 @@
 """Shape/dtype inference and constant folding in one topological walk.
 
 For each node, in order: (1) move constant config inputs into attributes (canonical form,
-see codegen/ops/registry.py); (2) if every data input is constant -- or the node only reads
-static shape information (Shape, Size) -- evaluate it with the registry's numpy kernel and
-turn its outputs into constants; (3) otherwise infer its output types with the registry's
+see ge/ops/registry.py); (2) if every data input is constant -- or the node only reads
+static shape information (Shape, Size) -- evaluate it with the op's numpy compute and
+turn its outputs into constants; (3) otherwise infer its output types with the op's
 shape rule.  Folding Shape/Gather/Concat/Unsqueeze chains this way resolves the Reshape
 targets that exporters compute at run time.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from codegen.ops.registry import OpDef, TensorType, get_op
 from ge.errors import AtcError, at_node
 from ge.ir import Graph, Node, TensorDesc
 from ge.limits import MAX_TENSOR_BYTES, too_large
+from ge.ops.registry import OpDef, TensorType, get_op
 
 _SHAPE_ONLY_OPS = {"Shape", "Size"}
 # Folding these would only copy large constants into the weights; keep them as kernels.

@@ -15,13 +15,13 @@ import math
 
 import numpy as np
 
-from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
+from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import AtcError, invalid_attr
 
 # -- shared geometry of sliding-window ops ------------------------------------------------
 
 
-def _ints(attrs: dict, name: str, n: int, default: int) -> list:
+def _per_axis(attrs: dict, name: str, n: int, default: int) -> list:
     value = attrs.get(name)
     if value is None or (hasattr(value, "__len__") and len(value) == 0):
         return [default] * n
@@ -36,8 +36,8 @@ def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False):
     """Pads (begin, end) and output sizes of a sliding window op, following auto_pad.
     For ceil_mode, the extra end padding needed by the last window is `extra`."""
     nd = len(in_spatial)
-    strides = _ints(attrs, "strides", nd, 1)
-    dilations = _ints(attrs, "dilations", nd, 1)
+    strides = _per_axis(attrs, "strides", nd, 1)
+    dilations = _per_axis(attrs, "dilations", nd, 1)
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if isinstance(auto_pad, bytes):
         auto_pad = auto_pad.decode()
@@ -51,7 +51,7 @@ def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False):
         else:
             begin, end = [t - b for t, b in zip(total, small)], small
     elif auto_pad in ("VALID", "NOTSET", ""):
-        pads = [0] * (2 * nd) if auto_pad == "VALID" else _ints(attrs, "pads", 2 * nd, 0)
+        pads = [0] * (2 * nd) if auto_pad == "VALID" else _per_axis(attrs, "pads", 2 * nd, 0)
         if any(p < 0 for p in pads):
             raise invalid_attr("Conv/Pool", "pads", pads, "pads must not be negative.",
                                "Use non-negative pads (crop with Slice instead).")
@@ -224,17 +224,7 @@ def conv_infer(inputs, attrs):
     return [TensorType(np.dtype(x.dtype), (x.shape[0], w.shape[0]) + tuple(out))]
 
 
-def conv_work(inputs, outputs, attrs):
-    w = inputs[1]
-    macs = outputs[0].size * math.prod(w.shape[1:])     # N*Cout*out * Cin/group * prod(k)
-    work = Work(cube_macs=macs)
-    if len(inputs) > 2 and inputs[2] is not None:
-        work.add_vector("alu", outputs[0].size)
-    return work
-
-
-register(OpDef("Conv", OpKind.OUT_EWISE_FUSABLE, conv_compute, conv_infer, conv_work,
-               ge_type="Conv2D"))
+register(OpDef("Conv", OpKind.OUT_EWISE_FUSABLE, conv_compute, conv_infer))
 
 
 # -- ConvTranspose ---------------------------------------------------------------------------
@@ -243,9 +233,9 @@ register(OpDef("Conv", OpKind.OUT_EWISE_FUSABLE, conv_compute, conv_infer, conv_
 def _convt_geometry(in_spatial, w_shape, attrs):
     nd = len(in_spatial)
     kernel = list(w_shape[2:])
-    strides = _ints(attrs, "strides", nd, 1)
-    dilations = _ints(attrs, "dilations", nd, 1)
-    opad = _ints(attrs, "output_padding", nd, 0)
+    strides = _per_axis(attrs, "strides", nd, 1)
+    dilations = _per_axis(attrs, "dilations", nd, 1)
+    opad = _per_axis(attrs, "output_padding", nd, 0)
     span = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
     full = [(i - 1) * s + w + op for i, s, w, op in zip(in_spatial, strides, span, opad)]
     auto_pad = attrs.get("auto_pad", "NOTSET")
@@ -262,7 +252,7 @@ def _convt_geometry(in_spatial, w_shape, attrs):
         else:
             begin = [t - t // 2 for t in total]
     else:
-        pads = [0] * (2 * nd) if auto_pad == "VALID" else _ints(attrs, "pads", 2 * nd, 0)
+        pads = [0] * (2 * nd) if auto_pad == "VALID" else _per_axis(attrs, "pads", 2 * nd, 0)
         begin = pads[:nd]
         out = [f - b - e for f, b, e in zip(full, pads[:nd], pads[nd:])]
     return kernel, strides, dilations, begin, out, full
@@ -302,25 +292,13 @@ def conv_transpose_infer(inputs, attrs):
     return [TensorType(np.dtype(x.dtype), (x.shape[0], w.shape[1] * group) + tuple(out))]
 
 
-def conv_transpose_work(inputs, outputs, attrs):
-    x, w = inputs[0], inputs[1]
-    group, k = int(attrs.get("group", 1)), math.prod(w.shape[2:])
-    macs = x.size * w.shape[1] * k                  # every input pixel scatters Mg*K products
-    adds = x.size // x.shape[1] * w.shape[1] * group * k   # col2im: one add per column entry
-    work = Work(cube_macs=macs).add_vector("alu", adds)
-    if len(inputs) > 2 and inputs[2] is not None:
-        work.add_vector("alu", outputs[0].size)
-    return work
-
-
-register(OpDef("ConvTranspose", OpKind.OUT_EWISE_FUSABLE, conv_transpose_compute,
-               conv_transpose_infer, conv_transpose_work, ge_type="Deconvolution"))
+register(OpDef("ConvTranspose", OpKind.OUT_EWISE_FUSABLE, conv_transpose_compute, conv_transpose_infer))
 
 
 # -- Pooling ---------------------------------------------------------------------------------
 
 
-def _pool_kernel(attrs, nd):
+def pool_kernel_shape(attrs, nd):
     kernel = attrs.get("kernel_shape")
     if kernel is None or len(kernel) != nd:
         raise AtcError("E16004", f"pooling needs kernel_shape with {nd} values, got {kernel}",
@@ -330,7 +308,7 @@ def _pool_kernel(attrs, nd):
 
 def _pool_geometry(x_shape, attrs):
     nd = len(x_shape) - 2
-    kernel = _pool_kernel(attrs, nd)
+    kernel = pool_kernel_shape(attrs, nd)
     return (kernel,) + _window_geometry(x_shape[2:], kernel, attrs,
                                         ceil_mode=bool(attrs.get("ceil_mode", 0)))
 
@@ -382,21 +360,9 @@ def pool_infer(inputs, attrs):
     return [TensorType(np.dtype(x.dtype), tuple(x.shape[:2]) + tuple(out))]
 
 
-def max_pool_work(inputs, outputs, attrs):
-    k = math.prod(_pool_kernel(attrs, len(inputs[0].shape) - 2))
-    return Work().add_vector("alu", outputs[0].size * max(k - 1, 1))
-
-
-def average_pool_work(inputs, outputs, attrs):
-    k = math.prod(_pool_kernel(attrs, len(inputs[0].shape) - 2))
-    return Work().add_vector("alu", outputs[0].size * k).add_vector("div", outputs[0].size)
-
-
 # Windowed pools are OUT_EWISE_FUSABLE as in TVM: they may absorb an elementwise tail.
-register(OpDef("MaxPool", OpKind.OUT_EWISE_FUSABLE, max_pool_compute, pool_infer,
-               max_pool_work, ge_type="MaxPoolV3"))
-register(OpDef("AveragePool", OpKind.OUT_EWISE_FUSABLE, average_pool_compute, pool_infer,
-               average_pool_work, ge_type="AvgPool"))
+register(OpDef("MaxPool", OpKind.OUT_EWISE_FUSABLE, max_pool_compute, pool_infer))
+register(OpDef("AveragePool", OpKind.OUT_EWISE_FUSABLE, average_pool_compute, pool_infer))
 
 
 def _global_axes(x):
@@ -419,19 +385,9 @@ def global_infer(inputs, attrs):
     return [TensorType(np.dtype(x.dtype), tuple(x.shape[:2]) + (1,) * (len(x.shape) - 2))]
 
 
-def global_avg_work(inputs, outputs, attrs):
-    return Work().add_vector("alu", inputs[0].size).add_vector("div", outputs[0].size)
-
-
-def global_max_work(inputs, outputs, attrs):
-    return Work().add_vector("alu", inputs[0].size)
-
-
 # Global pools reduce all spatial axes: REDUCE, so an elementwise chain may end in them.
-register(OpDef("GlobalAveragePool", OpKind.REDUCE, global_avg_compute, global_infer,
-               global_avg_work))
-register(OpDef("GlobalMaxPool", OpKind.REDUCE, global_max_compute, global_infer,
-               global_max_work))
+register(OpDef("GlobalAveragePool", OpKind.REDUCE, global_avg_compute, global_infer))
+register(OpDef("GlobalMaxPool", OpKind.REDUCE, global_max_compute, global_infer))
 
 
 # -- MatMul / Gemm ---------------------------------------------------------------------------
@@ -471,15 +427,10 @@ def matmul_infer(inputs, attrs):
     return [TensorType(np.dtype(inputs[0].dtype), matmul_shape(inputs[0].shape, inputs[1].shape))]
 
 
-def matmul_work(inputs, outputs, attrs):
-    return Work(cube_macs=outputs[0].size * int(inputs[0].shape[-1]))
+register(OpDef("MatMul", OpKind.OUT_EWISE_FUSABLE, matmul_compute, matmul_infer))
 
 
-register(OpDef("MatMul", OpKind.OUT_EWISE_FUSABLE, matmul_compute, matmul_infer, matmul_work,
-               ge_type="BatchMatMul"))
-
-
-def _gemm_dims(a_shape, b_shape, attrs):
+def gemm_dims(a_shape, b_shape, attrs):
     if len(a_shape) != 2 or len(b_shape) != 2:
         raise AtcError("E16004", f"Gemm needs 2-D A and B, got {tuple(a_shape)} and "
                        f"{tuple(b_shape)}", "Use MatMul for other ranks.")
@@ -494,7 +445,7 @@ def _gemm_dims(a_shape, b_shape, attrs):
 def gemm_compute(inputs, attrs):
     a, b = inputs[0], inputs[1]
     c = inputs[2] if len(inputs) > 2 else None
-    _gemm_dims(a.shape, b.shape, attrs)
+    gemm_dims(a.shape, b.shape, attrs)
     ct = _compute_dtype(a.dtype)
     a, b2 = a.astype(ct, copy=False), b.astype(ct, copy=False)
     if int(attrs.get("transA", 0)):
@@ -512,19 +463,8 @@ def gemm_compute(inputs, attrs):
 
 
 def gemm_infer(inputs, attrs):
-    m, _, n = _gemm_dims(inputs[0].shape, inputs[1].shape, attrs)
+    m, _, n = gemm_dims(inputs[0].shape, inputs[1].shape, attrs)
     return [TensorType(np.dtype(inputs[0].dtype), (m, n))]
 
 
-def gemm_work(inputs, outputs, attrs):
-    m, k, n = _gemm_dims(inputs[0].shape, inputs[1].shape, attrs)
-    work = Work(cube_macs=m * k * n)
-    if float(attrs.get("alpha", 1.0)) != 1.0:
-        work.add_vector("alu", m * n)
-    if len(inputs) > 2 and inputs[2] is not None:
-        work.add_vector("alu", m * n * (1 if float(attrs.get("beta", 1.0)) == 1.0 else 2))
-    return work
-
-
-register(OpDef("Gemm", OpKind.OUT_EWISE_FUSABLE, gemm_compute, gemm_infer, gemm_work,
-               ge_type="GemmD"))
+register(OpDef("Gemm", OpKind.OUT_EWISE_FUSABLE, gemm_compute, gemm_infer))

@@ -1,4 +1,4 @@
-"""Softmax family and normalization layers (inference form): kernels, shapes, work counts.
+"""Softmax family and normalization layers (inference form): numpy semantics and shapes.
 
 All kernels compute in float32 for float16 data and cast the result back (statistics in
 fp16 would lose too much).  Kinds: BatchNormalization is a per-channel affine map, hence
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from codegen.ops.common import normalize_axis, same_as_input
-from codegen.ops.registry import OpDef, OpKind, Work, register
+from ge.ops.common import normalize_axis, same_as_input
+from ge.ops.registry import OpDef, OpKind, register
 from ge.errors import invalid_attr
 
 
@@ -19,7 +19,7 @@ def _f32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if x.dtype == np.float16 else x
 
 
-def _axis(op_type: str, attrs: dict, rank: int, default: int) -> int:
+def norm_axis(op_type: str, attrs: dict, rank: int, default: int) -> int:
     axis = int(attrs.get("axis", default))
     try:
         return normalize_axis(axis, rank)
@@ -27,22 +27,12 @@ def _axis(op_type: str, attrs: dict, rank: int, default: int) -> int:
         raise invalid_attr(op_type, "axis", axis, str(err), f"Use an axis in [-{rank}, {rank - 1}].") from err
 
 
-def _per_element(**counts):
-    def work(inputs, outputs, attrs):
-        w = Work()
-        for cls, count in counts.items():
-            w.add_vector(cls, count * outputs[0].size)
-        return w
-
-    return work
-
-
 # ---------------------------------------------------------------------------------------
 # Softmax / LogSoftmax (opset 13: one axis, default -1)
 
 def _softmax(inputs, attrs):
     x = inputs[0]
-    axis = _axis("Softmax", attrs, x.ndim, -1)
+    axis = norm_axis("Softmax", attrs, x.ndim, -1)
     a = _f32(x)
     e = np.exp(a - np.max(a, axis=axis, keepdims=True))
     return [(e / np.sum(e, axis=axis, keepdims=True)).astype(x.dtype, copy=False)]
@@ -50,7 +40,7 @@ def _softmax(inputs, attrs):
 
 def _log_softmax(inputs, attrs):
     x = inputs[0]
-    axis = _axis("LogSoftmax", attrs, x.ndim, -1)
+    axis = norm_axis("LogSoftmax", attrs, x.ndim, -1)
     a = _f32(x)
     shifted = a - np.max(a, axis=axis, keepdims=True)
     y = shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
@@ -62,19 +52,15 @@ def _same_with_axis(op_type: str):
     bad axis fails at compile time rather than in the simulator."""
 
     def infer(inputs, attrs):
-        _axis(op_type, attrs, len(inputs[0].shape), -1)
+        norm_axis(op_type, attrs, len(inputs[0].shape), -1)
         return same_as_input(inputs, attrs)
 
     return infer
 
 
-# max-reduce, sub, exp, sum-reduce, div per element
-register(OpDef(op_type="Softmax", kind=OpKind.OPAQUE, compute=_softmax, infer=_same_with_axis("Softmax"),
-               work=_per_element(alu=3, transcendental=1, div=1), ge_type="SoftmaxV2"))
-# max-reduce, sub, exp, sum-reduce, sub per element (log per row is negligible but counted)
+register(OpDef(op_type="Softmax", kind=OpKind.OPAQUE, compute=_softmax, infer=_same_with_axis("Softmax")))
 register(OpDef(op_type="LogSoftmax", kind=OpKind.OPAQUE, compute=_log_softmax,
-               infer=_same_with_axis("LogSoftmax"),
-               work=_per_element(alu=4, transcendental=1), ge_type="LogSoftmax"))
+               infer=_same_with_axis("LogSoftmax")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -99,15 +85,8 @@ def _batch_norm(inputs, attrs):
     return [y.reshape(x.shape).astype(x.dtype, copy=False)]
 
 
-def _batch_norm_work(inputs, outputs, attrs):
-    channels = inputs[1].size
-    return (Work().add_vector("alu", 2 * outputs[0].size)     # x * a + b
-            .add_vector("alu", 3 * channels)                   # var+eps, mean*a, B-...
-            .add_vector("div", 2 * channels))                  # sqrt, scale / sqrt
-
-
 register(OpDef(op_type="BatchNormalization", kind=OpKind.BROADCAST, compute=_batch_norm,
-               infer=lambda i, a: same_as_input(i, a), work=_batch_norm_work, ge_type="BatchNorm"))
+               infer=lambda i, a: same_as_input(i, a)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -120,17 +99,11 @@ def _standardize(a: np.ndarray, axes: tuple, eps: float) -> np.ndarray:
     return centered / np.sqrt(var + eps)
 
 
-def _norm_work(inputs, outputs, attrs, groups: int, affine_ops: int):
-    """sum, sub, square, sum, scale by rstd per element + affine; mean/var/rsqrt per group."""
-    return (Work().add_vector("alu", (5 + affine_ops) * outputs[0].size)
-            .add_vector("alu", 3 * groups).add_vector("div", 2 * groups))
-
-
 def _layer_norm(inputs, attrs):
     """Only output Y: the optional Mean and InvStdDev outputs (training) are not produced."""
     x, scale = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
-    axis = _axis("LayerNormalization", attrs, x.ndim, -1)
+    axis = norm_axis("LayerNormalization", attrs, x.ndim, -1)
     y = _standardize(_f32(x), tuple(range(axis, x.ndim)), float(attrs.get("epsilon", 1e-5)))
     y = y * _f32(scale)
     if bias is not None:
@@ -138,16 +111,8 @@ def _layer_norm(inputs, attrs):
     return [y.astype(x.dtype, copy=False)]
 
 
-def _layer_norm_work(inputs, outputs, attrs):
-    shape = inputs[0].shape
-    axis = _axis("LayerNormalization", attrs, len(shape), -1)
-    rows = int(np.prod(shape[:axis], dtype=np.int64))
-    has_bias = len(inputs) > 2 and inputs[2] is not None
-    return _norm_work(inputs, outputs, attrs, rows, 1 + has_bias)
-
-
 register(OpDef(op_type="LayerNormalization", kind=OpKind.OPAQUE, compute=_layer_norm,
-               infer=lambda i, a: same_as_input(i, a), work=_layer_norm_work, ge_type="LayerNorm"))
+               infer=lambda i, a: same_as_input(i, a)))
 
 
 def _instance_norm(inputs, attrs):
@@ -158,9 +123,7 @@ def _instance_norm(inputs, attrs):
 
 
 register(OpDef(op_type="InstanceNormalization", kind=OpKind.OPAQUE, compute=_instance_norm,
-               infer=lambda i, a: same_as_input(i, a),
-               work=lambda i, o, a: _norm_work(i, o, a, i[0].shape[0] * i[0].shape[1], 2),
-               ge_type="InstanceNorm"))
+               infer=lambda i, a: same_as_input(i, a)))
 
 
 def _group_norm(inputs, attrs):
@@ -181,8 +144,7 @@ def _group_norm(inputs, attrs):
 
 
 register(OpDef(op_type="GroupNormalization", kind=OpKind.OPAQUE, compute=_group_norm,
-               infer=lambda i, a: same_as_input(i, a),
-               work=lambda i, o, a: _norm_work(i, o, a, i[0].shape[0] * int(a.get("num_groups", 1)), 2)))
+               infer=lambda i, a: same_as_input(i, a)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -207,7 +169,4 @@ def _lrn(inputs, attrs):
     return [y.astype(x.dtype, copy=False)]
 
 
-register(OpDef(op_type="LRN", kind=OpKind.OPAQUE, compute=_lrn,
-               infer=lambda i, a: same_as_input(i, a),
-               # square, window sum (cumsum + diff), mul, add, pow (log+exp), div
-               work=_per_element(alu=5, transcendental=2, div=1), ge_type="LRN"))
+register(OpDef(op_type="LRN", kind=OpKind.OPAQUE, compute=_lrn, infer=lambda i, a: same_as_input(i, a)))

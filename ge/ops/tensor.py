@@ -2,9 +2,7 @@
 
 Config inputs (Reshape shape, Slice starts/ends/axes/steps, Pad pads, Resize scales/sizes,
 TopK k, ...) arrive as attributes (canonical form, see registry.py); compute and infer read
-only the attributes.  Data movement is priced as one `move` per output element; views
-(Reshape, Flatten, Squeeze, Unsqueeze) launch no kernel and cost nothing.  Float16 data is
-moved as is; Resize(linear) and Einsum compute in float32 and cast back.
+only the attributes.  Float16 data is moved as is; Resize(linear) and Einsum compute in float32 and cast back.
 """
 from __future__ import annotations
 
@@ -13,9 +11,9 @@ import string
 
 import numpy as np
 
-from codegen.ops import common
-from codegen.ops.common import broadcast_shape, no_work, per_output_element
-from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
+from ge.ops import common
+from ge.ops.common import broadcast_shape
+from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import AtcError
 
 
@@ -67,11 +65,8 @@ def _like(compute_shape):
     return infer
 
 
-_move = per_output_element("move")
-
-
-def _reg(op_type, kind, compute, infer, work=_move, **kw):
-    register(OpDef(op_type, kind, compute, infer, work, **kw))
+def _reg(op_type, kind, compute, infer, **kw):
+    register(OpDef(op_type, kind, compute, infer, **kw))
 
 
 # -- views ------------------------------------------------------------------------------------
@@ -130,12 +125,11 @@ def _view(shape_fn):
     return lambda inputs, attrs: [inputs[0].reshape(shape_fn(inputs[0].shape, attrs))]
 
 
-for _op, _fn, _ge, _cfg in [("Reshape", reshape_shape, "Reshape", ((1, "shape"),)),
-                            ("Flatten", flatten_shape, "Flatten", ()),
-                            ("Squeeze", squeeze_shape, "Squeeze", ((1, "axes"),)),
-                            ("Unsqueeze", unsqueeze_shape, "", ((1, "axes"),))]:
-    _reg(_op, OpKind.INJECTIVE, _view(_fn), _like(_fn), no_work, ge_type=_ge,
-         config_inputs=_cfg, no_task=True)
+for _op, _fn, _cfg in [("Reshape", reshape_shape, ((1, "shape"),)),
+                       ("Flatten", flatten_shape, ()),
+                       ("Squeeze", squeeze_shape, ((1, "axes"),)),
+                       ("Unsqueeze", unsqueeze_shape, ((1, "axes"),))]:
+    _reg(_op, OpKind.INJECTIVE, _view(_fn), _like(_fn), config_inputs=_cfg)
 
 
 # -- transpose, concat, split, slice ------------------------------------------------------------
@@ -152,7 +146,7 @@ def _perm(rank, attrs):
 
 _reg("Transpose", OpKind.INJECTIVE,
      lambda inputs, attrs: [np.ascontiguousarray(np.transpose(inputs[0], _perm(inputs[0].ndim, attrs)))],
-     _like(lambda s, a: tuple(s[p] for p in _perm(len(s), a))), ge_type="Transpose")
+     _like(lambda s, a: tuple(s[p] for p in _perm(len(s), a))))
 
 
 def concat_compute(inputs, attrs):
@@ -172,7 +166,7 @@ def concat_infer(inputs, attrs):
     return _tt(ts[0].dtype, shape)
 
 
-_reg("Concat", OpKind.INJECTIVE, concat_compute, concat_infer, ge_type="ConcatD")
+_reg("Concat", OpKind.INJECTIVE, concat_compute, concat_infer)
 
 
 def _split_sizes(shape, attrs):
@@ -204,8 +198,7 @@ def split_infer(inputs, attrs):
             for s in sizes]
 
 
-_reg("Split", OpKind.INJECTIVE, split_compute, split_infer, ge_type="SplitD",
-     config_inputs=((1, "split"),))
+_reg("Split", OpKind.INJECTIVE, split_compute, split_infer, config_inputs=((1, "split"),))
 
 
 def _slices(shape, attrs):
@@ -238,7 +231,6 @@ def _slice_len(s: slice, dim: int) -> int:
 _reg("Slice", OpKind.INJECTIVE,
      lambda inputs, attrs: [np.ascontiguousarray(inputs[0][_slices(inputs[0].shape, attrs)])],
      _like(lambda s, a: tuple(_slice_len(sl, d) for sl, d in zip(_slices(s, a), s))),
-     ge_type="StridedSliceD",
      config_inputs=((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps")))
 
 
@@ -265,7 +257,7 @@ def gather_infer(inputs, attrs):
     return _tt(data.dtype, data.shape[:axis] + tuple(indices.shape) + data.shape[axis + 1:])
 
 
-_reg("Gather", OpKind.INJECTIVE, gather_compute, gather_infer, ge_type="GatherV2D")
+_reg("Gather", OpKind.INJECTIVE, gather_compute, gather_infer)
 
 
 def gather_elements_compute(inputs, attrs):
@@ -293,7 +285,7 @@ def _expand_shape(shape, attrs):
 
 _reg("Expand", OpKind.BROADCAST,
      lambda inputs, attrs: [np.broadcast_to(inputs[0], _expand_shape(inputs[0].shape, attrs)).copy()],
-     _like(_expand_shape), ge_type="BroadcastTo", config_inputs=((1, "shape"),))
+     _like(_expand_shape), config_inputs=((1, "shape"),))
 
 
 def _repeats(shape, attrs):
@@ -305,8 +297,7 @@ def _repeats(shape, attrs):
 
 _reg("Tile", OpKind.INJECTIVE,
      lambda inputs, attrs: [np.tile(inputs[0], _repeats(inputs[0].shape, attrs))],
-     _like(lambda s, a: tuple(d * r for d, r in zip(s, _repeats(s, a)))), ge_type="Tile",
-     config_inputs=((1, "repeats"),))
+     _like(lambda s, a: tuple(d * r for d, r in zip(s, _repeats(s, a)))), config_inputs=((1, "repeats"),))
 
 
 def _pads(shape, attrs):
@@ -345,7 +336,7 @@ def _pad_shape(shape, attrs):
     return tuple(d + b + e for d, b, e in zip(shape, begin, end))
 
 
-_reg("Pad", OpKind.INJECTIVE, pad_compute, _like(_pad_shape), ge_type="Pad",
+_reg("Pad", OpKind.INJECTIVE, pad_compute, _like(_pad_shape),
      config_inputs=((1, "pads"), (2, "constant_value"), (3, "axes")))
 
 
@@ -372,9 +363,9 @@ def shape_infer(inputs, attrs):
 
 
 # Shape, Size, ConstantOfShape, Range, NonZero are OPAQUE: they are folded or run alone.
-_reg("Shape", OpKind.OPAQUE, shape_compute, shape_infer, no_work, ge_type="Shape")
+_reg("Shape", OpKind.OPAQUE, shape_compute, shape_infer)
 _reg("Size", OpKind.OPAQUE, lambda inputs, attrs: [np.array(inputs[0].size, dtype=np.int64)],
-     lambda inputs, attrs: _tt(np.int64, ()), no_work, ge_type="Size")
+     lambda inputs, attrs: _tt(np.int64, ()))
 
 
 def _value_dependent(op):
@@ -394,8 +385,7 @@ def constant_of_shape_compute(inputs, attrs):
     return [np.full(shape, value[0], dtype=value.dtype)]
 
 
-_reg("ConstantOfShape", OpKind.OPAQUE, constant_of_shape_compute,
-     _value_dependent("ConstantOfShape"), ge_type="Fill")
+_reg("ConstantOfShape", OpKind.OPAQUE, constant_of_shape_compute, _value_dependent("ConstantOfShape"))
 
 
 def range_compute(inputs, attrs):
@@ -406,8 +396,7 @@ def range_compute(inputs, attrs):
     return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]
 
 
-_reg("Range", OpKind.OPAQUE, range_compute, _value_dependent("Range"),
-     per_output_element("alu"), ge_type="Range")
+_reg("Range", OpKind.OPAQUE, range_compute, _value_dependent("Range"))
 
 
 def nonzero_compute(inputs, attrs):
@@ -415,8 +404,7 @@ def nonzero_compute(inputs, attrs):
     return [np.array(np.nonzero(np.atleast_1d(x)), dtype=np.int64).reshape(max(x.ndim, 1), -1)]
 
 
-_reg("NonZero", OpKind.OPAQUE, nonzero_compute, _value_dependent("NonZero"),
-     lambda inputs, outputs, attrs: Work().add_vector("alu", inputs[0].size))
+_reg("NonZero", OpKind.OPAQUE, nonzero_compute, _value_dependent("NonZero"))
 
 
 # -- DepthToSpace, SpaceToDepth, Trilu, CumSum -------------------------------------------------
@@ -457,10 +445,8 @@ def _s2d_shape(s, a):
     return (s[0], s[1] * b * b, s[2] // b, s[3] // b)
 
 
-_reg("DepthToSpace", OpKind.INJECTIVE, depth_to_space_compute, _like(_d2s_shape),
-     ge_type="DepthToSpace")
-_reg("SpaceToDepth", OpKind.INJECTIVE, space_to_depth_compute, _like(_s2d_shape),
-     ge_type="SpaceToDepth")
+_reg("DepthToSpace", OpKind.INJECTIVE, depth_to_space_compute, _like(_d2s_shape))
+_reg("SpaceToDepth", OpKind.INJECTIVE, space_to_depth_compute, _like(_s2d_shape))
 
 
 def trilu_compute(inputs, attrs):
@@ -469,8 +455,7 @@ def trilu_compute(inputs, attrs):
     return [fn(inputs[0], k)]
 
 
-_reg("Trilu", OpKind.INJECTIVE, trilu_compute, _like(lambda s, a: s), per_output_element("alu"),
-     config_inputs=((1, "k"),))
+_reg("Trilu", OpKind.INJECTIVE, trilu_compute, _like(lambda s, a: s), config_inputs=((1, "k"),))
 
 
 def cumsum_compute(inputs, attrs):
@@ -485,8 +470,7 @@ def cumsum_compute(inputs, attrs):
     return [np.ascontiguousarray(np.flip(y, axis) if reverse else y)]
 
 
-_reg("CumSum", OpKind.OPAQUE, cumsum_compute, _like(lambda s, a: s), per_output_element("alu"),
-     ge_type="Cumsum", config_inputs=((1, "axis"),))
+_reg("CumSum", OpKind.OPAQUE, cumsum_compute, _like(lambda s, a: s), config_inputs=((1, "axis"),))
 
 
 # -- OneHot, TopK -----------------------------------------------------------------------------
@@ -511,8 +495,7 @@ def onehot_infer(inputs, attrs):
     return _tt(values.dtype, shape[:axis] + [int(_scalar(attrs.get("depth")))] + shape[axis:])
 
 
-_reg("OneHot", OpKind.INJECTIVE, onehot_compute, onehot_infer, per_output_element("alu", 2),
-     ge_type="OneHot", config_inputs=((1, "depth"),))
+_reg("OneHot", OpKind.INJECTIVE, onehot_compute, onehot_infer, config_inputs=((1, "depth"),))
 
 
 def _topk_args(shape, attrs):
@@ -543,19 +526,13 @@ def topk_infer(inputs, attrs):
     return _tt(inputs[0].dtype, shape) + _tt(np.int64, shape)
 
 
-def topk_work(inputs, outputs, attrs):
-    n = inputs[0].shape[normalize_axis(int(attrs.get("axis", -1)), len(inputs[0].shape))]
-    return Work().add_vector("alu", inputs[0].size * max(1, math.ceil(math.log2(max(n, 2)))))
-
-
-_reg("TopK", OpKind.OPAQUE, topk_compute, topk_infer, topk_work, ge_type="TopK",
-     config_inputs=((1, "k"),))
+_reg("TopK", OpKind.OPAQUE, topk_compute, topk_infer, config_inputs=((1, "k"),))
 
 
 # -- Einsum -------------------------------------------------------------------------------------
 
 
-def _einsum_parse(equation: str, shapes):
+def einsum_parse(equation: str, shapes):
     """Letter -> size, and the output letters/shape of an einsum equation (with '...')."""
     eq = equation.replace(" ", "")
     lhs, _, rhs = eq.partition("->")
@@ -595,25 +572,16 @@ def einsum_compute(inputs, attrs):
 
 def einsum_infer(inputs, attrs):
     ts = [t for t in inputs if t is not None]
-    return _tt(ts[0].dtype, _einsum_parse(_required(attrs, "equation", "Einsum"), [t.shape for t in ts])[2])
+    return _tt(ts[0].dtype, einsum_parse(_required(attrs, "equation", "Einsum"), [t.shape for t in ts])[2])
 
 
-def einsum_work(inputs, outputs, attrs):
-    ts = [t for t in inputs if t is not None]
-    sizes, ell_shape, _ = _einsum_parse(_required(attrs, "equation", "Einsum"), [t.shape for t in ts])
-    products = math.prod(sizes.values()) * math.prod(ell_shape)
-    if len(ts) >= 2:     # a contraction: the cube does every product of the index space
-        return Work(cube_macs=products * (len(ts) - 1))
-    return Work().add_vector("alu", products)
-
-
-_reg("Einsum", OpKind.OUT_EWISE_FUSABLE, einsum_compute, einsum_infer, einsum_work)
+_reg("Einsum", OpKind.OUT_EWISE_FUSABLE, einsum_compute, einsum_infer)
 
 
 # -- Resize -------------------------------------------------------------------------------------
 
 
-def _resize_plan(shape, attrs):
+def resize_plan(shape, attrs):
     """Output shape and per-axis scales of Resize (opset 18+: optional `axes`)."""
     rank = len(shape)
     axes = _int_list(attrs.get("axes"))
@@ -683,21 +651,21 @@ def _nearest(coords, rule):
     raise _err("Resize", f"nearest_mode [{rule}] is not supported")
 
 
-def _attr_str(attrs, name, default):
+def attr_str(attrs, name, default):
     value = attrs.get(name, default)
     return value.decode() if isinstance(value, bytes) else value
 
 
 def resize_compute(inputs, attrs):
     x = inputs[0]
-    mode = _attr_str(attrs, "mode", "nearest")
-    ctm = _attr_str(attrs, "coordinate_transformation_mode", "half_pixel")
+    mode = attr_str(attrs, "mode", "nearest")
+    ctm = attr_str(attrs, "coordinate_transformation_mode", "half_pixel")
     if mode not in ("nearest", "linear") or int(attrs.get("antialias", 0)) or ctm == "tf_crop_and_resize":
         raise _err("Resize", f"mode={mode}, antialias={attrs.get('antialias', 0)}, "
                    f"coordinate_transformation_mode={ctm} is not supported",
                    "Use mode nearest or linear without antialias.")
-    out, scale = _resize_plan(x.shape, attrs)
-    rule = _attr_str(attrs, "nearest_mode", "round_prefer_floor")
+    out, scale = resize_plan(x.shape, attrs)
+    rule = attr_str(attrs, "nearest_mode", "round_prefer_floor")
     y = x if mode == "nearest" else x.astype(np.float32 if x.dtype == np.float16 else x.dtype)
     for axis, (n_in, n_out) in enumerate(zip(x.shape, out)):
         if n_in == n_out and scale[axis] == 1.0:
@@ -716,15 +684,6 @@ def resize_compute(inputs, attrs):
     return [np.ascontiguousarray(y).astype(x.dtype, copy=False)]
 
 
-def resize_work(inputs, outputs, attrs):
-    if _attr_str(attrs, "mode", "nearest") == "nearest":
-        return Work().add_vector("move", outputs[0].size)
-    out, _ = _resize_plan(inputs[0].shape, attrs)
-    axes = sum(1 for a, b in zip(inputs[0].shape, out) if a != b)
-    return Work().add_vector("move", outputs[0].size * 2 ** axes).add_vector(
-        "alu", outputs[0].size * 3 * max(axes, 1))
-
-
 # Resize is OPAQUE: linear mode reads a data-dependent neighbourhood, not one element.
-_reg("Resize", OpKind.OPAQUE, resize_compute, _like(lambda s, a: _resize_plan(s, a)[0]),
-     resize_work, config_inputs=((1, "roi"), (2, "scales"), (3, "sizes")))
+_reg("Resize", OpKind.OPAQUE, resize_compute, _like(lambda s, a: resize_plan(s, a)[0]),
+     config_inputs=((1, "roi"), (2, "scales"), (3, "sizes")))

@@ -5,7 +5,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from codegen.ops.registry import TensorType, Work
+from ge.ops.registry import TensorType
 
 # The float dtypes a precision mode may move a tensor between (the compute dtype of a kernel
 # applies to these; index and mask tensors keep their own dtype).
@@ -42,16 +42,3 @@ def broadcast_result(inputs: Sequence[Optional[TensorType]], attrs: dict, dtype=
     shapes = [t.shape for t in present(inputs)]
     out_dtype = np.dtype(dtype) if dtype is not None else np.dtype(present(inputs)[0].dtype)
     return [TensorType(out_dtype, broadcast_shape(*shapes))]
-
-
-def per_output_element(cls: str, ops_per_element: int = 1):
-    """Work rule: `ops_per_element` vector operations of class `cls` per output element."""
-
-    def work(inputs, outputs, attrs) -> Work:
-        return Work().add_vector(cls, ops_per_element * sum(t.size for t in outputs))
-
-    return work
-
-
-def no_work(inputs, outputs, attrs) -> Work:
-    return Work()

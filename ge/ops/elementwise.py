@@ -1,4 +1,4 @@
-"""Unary, binary and variadic elementwise ONNX ops: numpy kernels, shape rules, work counts.
+"""Unary, binary and variadic elementwise ONNX ops: numpy semantics and shape rules.
 
 Float16 policy: transcendental and composite unary ops (Sigmoid, Exp, Gelu, ...) and Pow,
 Mean compute in float32 and cast the result back to float16 (the vector unit's fp16 kernels
@@ -12,8 +12,8 @@ from typing import Callable
 
 import numpy as np
 
-from codegen.ops.common import broadcast_result, no_work, present, same_as_input
-from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
+from ge.ops.common import broadcast_result, present, same_as_input
+from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import invalid_attr
 
 # ONNX TensorProto element types numpy can represent (Cast's "to" attribute).
@@ -95,21 +95,8 @@ def _erf64(x: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------
 # Registration helpers
 
-def _work(**per_element: int):
-    """Work rule: the given vector-op counts per output element."""
-
-    def work(inputs, outputs, attrs) -> Work:
-        n = sum(t.size for t in outputs)
-        w = Work()
-        for cls, count in per_element.items():
-            w.add_vector(cls, count * n)
-        return w
-
-    return work
-
-
-def _unary(op_type: str, fn: Callable, work, ge_type: str = "", fp32_inside: bool = True,
-           out_dtype=None, kind: OpKind = OpKind.ELEMWISE) -> None:
+def _unary(op_type: str, fn: Callable, fp32_inside: bool = True, out_dtype=None,
+           kind: OpKind = OpKind.ELEMWISE) -> None:
     """Register a one-input op; `fn(x, attrs)` sees float32 for float16 data if fp32_inside."""
 
     def compute(inputs, attrs):
@@ -122,11 +109,10 @@ def _unary(op_type: str, fn: Callable, work, ge_type: str = "", fp32_inside: boo
             return same_as_input(inputs, attrs)
         return [TensorType(np.dtype(out_dtype), tuple(inputs[0].shape))]
 
-    register(OpDef(op_type=op_type, kind=kind, compute=compute, infer=infer, work=work,
-                   ge_type=ge_type))
+    register(OpDef(op_type=op_type, kind=kind, compute=compute, infer=infer))
 
 
-def _binary(op_type: str, fn: Callable, work, ge_type: str = "", out_dtype=None) -> None:
+def _binary(op_type: str, fn: Callable, out_dtype=None) -> None:
     """Register a broadcasting two-input op; `fn(a, b, attrs)` gets the raw arrays."""
 
     def compute(inputs, attrs):
@@ -139,11 +125,10 @@ def _binary(op_type: str, fn: Callable, work, ge_type: str = "", out_dtype=None)
     def infer(inputs, attrs):
         return broadcast_result(inputs, attrs, dtype=out_dtype)
 
-    register(OpDef(op_type=op_type, kind=OpKind.BROADCAST, compute=compute, infer=infer,
-                   work=work, ge_type=ge_type))
+    register(OpDef(op_type=op_type, kind=OpKind.BROADCAST, compute=compute, infer=infer))
 
 
-def _variadic(op_type: str, fn: Callable, cls: str, ge_type: str = "", extra_alu: int = 0) -> None:
+def _variadic(op_type: str, fn: Callable) -> None:
     """Register Max/Min/Sum/Mean: a fold of `fn` over all inputs with broadcasting."""
 
     def compute(inputs, attrs):
@@ -155,12 +140,7 @@ def _variadic(op_type: str, fn: Callable, cls: str, ge_type: str = "", extra_alu
             acc = acc / len(xs)
         return [np.asarray(acc).astype(xs[0].dtype, copy=False)]
 
-    def work(inputs, outputs, attrs):
-        n = sum(t.size for t in outputs)
-        return Work().add_vector(cls, (len(present(inputs)) - 1 + extra_alu) * n)
-
-    register(OpDef(op_type=op_type, kind=OpKind.BROADCAST, compute=compute,
-                   infer=broadcast_result, work=work, ge_type=ge_type))
+    register(OpDef(op_type=op_type, kind=OpKind.BROADCAST, compute=compute, infer=broadcast_result))
 
 
 # ---------------------------------------------------------------------------------------
@@ -204,32 +184,31 @@ def _float_fn(fn):
     return wrapped
 
 
-_unary("Relu", lambda x, a: np.maximum(x, 0), _work(alu=1), "Relu", fp32_inside=False)
-_unary("Sigmoid", _float_fn(_sigmoid), _work(transcendental=1, alu=1, div=1), "Sigmoid")
-_unary("Tanh", lambda x, a: np.tanh(x), _work(transcendental=1))
-_unary("Exp", _float_fn(lambda x, a: np.exp(x)), _work(transcendental=1), "Exp")
-_unary("Log", _float_fn(lambda x, a: np.log(x)), _work(transcendental=1), "Log")
-_unary("Sqrt", _float_fn(lambda x, a: np.sqrt(x)), _work(div=1), "Sqrt")
-_unary("Reciprocal", _float_fn(lambda x, a: np.reciprocal(x)), _work(div=1), "Reciprocal")
-_unary("Neg", lambda x, a: np.negative(x), _work(alu=1), "Neg", fp32_inside=False)
-_unary("Abs", lambda x, a: np.abs(x), _work(alu=1), fp32_inside=False)
-_unary("Erf", lambda x, a: erf(x), _work(transcendental=1), "Erf")
-_unary("Floor", lambda x, a: np.floor(x), _work(alu=1), "Floor", fp32_inside=False)
-_unary("Ceil", lambda x, a: np.ceil(x), _work(alu=1), "Ceil", fp32_inside=False)
-_unary("Round", lambda x, a: np.round(x), _work(alu=1), "Round", fp32_inside=False)  # half to even
-_unary("Sign", lambda x, a: np.sign(x), _work(alu=1), "Sign", fp32_inside=False)
-_unary("Softplus", _float_fn(lambda x, a: np.logaddexp(0, x)), _work(transcendental=2, alu=1))
-_unary("LeakyRelu", lambda x, a: np.where(x >= 0, x, a.get("alpha", 0.01) * x), _work(alu=2))
-_unary("Elu", _float_fn(lambda x, a: np.where(x > 0, x, a.get("alpha", 1.0) * np.expm1(np.minimum(x, 0)))),
-       _work(transcendental=1, alu=3), "Elu")
-_unary("Selu", _float_fn(_selu), _work(transcendental=1, alu=4))
-_unary("HardSigmoid", _hard_sigmoid, _work(alu=4))
-_unary("HardSwish", lambda x, a: x * np.clip(x / 6 + 0.5, 0, 1), _work(alu=5), "HardSwish")
-_unary("Gelu", _float_fn(_gelu), _work(transcendental=1, alu=7))
-_unary("Sin", lambda x, a: np.sin(x), _work(transcendental=1), "Sin")
-_unary("Cos", lambda x, a: np.cos(x), _work(transcendental=1), "Cos")
-_unary("Not", lambda x, a: np.logical_not(x), _work(alu=1), "LogicalNot", fp32_inside=False)
-_unary("IsNaN", lambda x, a: np.isnan(x), _work(alu=1), out_dtype=np.bool_, fp32_inside=False)
+_unary("Relu", lambda x, a: np.maximum(x, 0), fp32_inside=False)
+_unary("Sigmoid", _float_fn(_sigmoid))
+_unary("Tanh", lambda x, a: np.tanh(x))
+_unary("Exp", _float_fn(lambda x, a: np.exp(x)))
+_unary("Log", _float_fn(lambda x, a: np.log(x)))
+_unary("Sqrt", _float_fn(lambda x, a: np.sqrt(x)))
+_unary("Reciprocal", _float_fn(lambda x, a: np.reciprocal(x)))
+_unary("Neg", lambda x, a: np.negative(x), fp32_inside=False)
+_unary("Abs", lambda x, a: np.abs(x), fp32_inside=False)
+_unary("Erf", lambda x, a: erf(x))
+_unary("Floor", lambda x, a: np.floor(x), fp32_inside=False)
+_unary("Ceil", lambda x, a: np.ceil(x), fp32_inside=False)
+_unary("Round", lambda x, a: np.round(x), fp32_inside=False)  # half to even
+_unary("Sign", lambda x, a: np.sign(x), fp32_inside=False)
+_unary("Softplus", _float_fn(lambda x, a: np.logaddexp(0, x)))
+_unary("LeakyRelu", lambda x, a: np.where(x >= 0, x, a.get("alpha", 0.01) * x))
+_unary("Elu", _float_fn(lambda x, a: np.where(x > 0, x, a.get("alpha", 1.0) * np.expm1(np.minimum(x, 0)))))
+_unary("Selu", _float_fn(_selu))
+_unary("HardSigmoid", _hard_sigmoid)
+_unary("HardSwish", lambda x, a: x * np.clip(x / 6 + 0.5, 0, 1))
+_unary("Gelu", _float_fn(_gelu))
+_unary("Sin", lambda x, a: np.sin(x))
+_unary("Cos", lambda x, a: np.cos(x))
+_unary("Not", lambda x, a: np.logical_not(x), fp32_inside=False)
+_unary("IsNaN", lambda x, a: np.isnan(x), out_dtype=np.bool_, fp32_inside=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -249,11 +228,10 @@ def _cast_compute(inputs, attrs):
 
 
 register(OpDef(op_type="Cast", kind=OpKind.ELEMWISE, compute=_cast_compute,
-               infer=lambda i, a: [TensorType(_cast_target(a), tuple(i[0].shape))],
-               work=_work(alu=1), ge_type="Cast"))
+               infer=lambda i, a: [TensorType(_cast_target(a), tuple(i[0].shape))]))
 
 register(OpDef(op_type="Identity", kind=OpKind.ELEMWISE, compute=lambda i, a: [i[0]],
-               infer=same_as_input, work=no_work, no_task=True))
+               infer=same_as_input))
 
 
 def _clip_compute(inputs, attrs):
@@ -267,15 +245,10 @@ def _clip_compute(inputs, attrs):
     return [np.array(y, dtype=x.dtype, copy=True)]
 
 
-def _clip_work(inputs, outputs, attrs):
-    bounds = sum(attrs.get(k) is not None for k in ("min", "max"))
-    return Work().add_vector("alu", bounds * outputs[0].size)
-
-
 register(OpDef(op_type="Clip", kind=OpKind.ELEMWISE, compute=_clip_compute, infer=same_as_input,
-               work=_clip_work, ge_type="ClipByValue", config_inputs=((1, "min"), (2, "max"))))
+               config_inputs=((1, "min"), (2, "max"))))
 
-_binary("PRelu", lambda x, s, a: np.where(x < 0, x * s, x), _work(alu=2), "PRelu")
+_binary("PRelu", lambda x, s, a: np.where(x < 0, x * s, x))
 
 
 # ---------------------------------------------------------------------------------------
@@ -302,29 +275,27 @@ def _mod(a, b, attrs):
     return np.fmod(a, b) if fmod else np.mod(a, b)
 
 
-_binary("Add", lambda a, b, _: np.add(a, b), _work(alu=1), "Add")
-_binary("Sub", lambda a, b, _: np.subtract(a, b), _work(alu=1), "Sub")
-_binary("Mul", lambda a, b, _: np.multiply(a, b), _work(alu=1), "Mul")
-_binary("Div", _div, _work(div=1), "RealDiv")
-_binary("Pow", _pow, _work(transcendental=2, alu=1), "Pow")
-_binary("Mod", _mod, _work(div=1, alu=2))
+_binary("Add", lambda a, b, _: np.add(a, b))
+_binary("Sub", lambda a, b, _: np.subtract(a, b))
+_binary("Mul", lambda a, b, _: np.multiply(a, b))
+_binary("Div", _div)
+_binary("Pow", _pow)
+_binary("Mod", _mod)
 
-_variadic("Max", np.maximum, "alu", "Maximum")
-_variadic("Min", np.minimum, "alu", "Minimum")
-_variadic("Sum", np.add, "alu")
-_variadic("Mean", np.add, "alu", extra_alu=1)
+_variadic("Max", np.maximum)
+_variadic("Min", np.minimum)
+_variadic("Sum", np.add)
+_variadic("Mean", np.add)
 
 # Comparisons and logic produce bool.
-_binary("Equal", lambda a, b, _: np.equal(a, b), _work(alu=1), "Equal", out_dtype=np.bool_)
-_binary("Less", lambda a, b, _: np.less(a, b), _work(alu=1), "Less", out_dtype=np.bool_)
-_binary("Greater", lambda a, b, _: np.greater(a, b), _work(alu=1), "Greater", out_dtype=np.bool_)
-_binary("LessOrEqual", lambda a, b, _: np.less_equal(a, b), _work(alu=1), "LessEqual",
-        out_dtype=np.bool_)
-_binary("GreaterOrEqual", lambda a, b, _: np.greater_equal(a, b), _work(alu=1), "GreaterEqual",
-        out_dtype=np.bool_)
-_binary("And", lambda a, b, _: np.logical_and(a, b), _work(alu=1), "LogicalAnd", out_dtype=np.bool_)
-_binary("Or", lambda a, b, _: np.logical_or(a, b), _work(alu=1), "LogicalOr", out_dtype=np.bool_)
-_binary("Xor", lambda a, b, _: np.logical_xor(a, b), _work(alu=1), "LogicalXor", out_dtype=np.bool_)
+_binary("Equal", lambda a, b, _: np.equal(a, b), out_dtype=np.bool_)
+_binary("Less", lambda a, b, _: np.less(a, b), out_dtype=np.bool_)
+_binary("Greater", lambda a, b, _: np.greater(a, b), out_dtype=np.bool_)
+_binary("LessOrEqual", lambda a, b, _: np.less_equal(a, b), out_dtype=np.bool_)
+_binary("GreaterOrEqual", lambda a, b, _: np.greater_equal(a, b), out_dtype=np.bool_)
+_binary("And", lambda a, b, _: np.logical_and(a, b), out_dtype=np.bool_)
+_binary("Or", lambda a, b, _: np.logical_or(a, b), out_dtype=np.bool_)
+_binary("Xor", lambda a, b, _: np.logical_xor(a, b), out_dtype=np.bool_)
 
 
 def _where_compute(inputs, attrs):
@@ -337,4 +308,4 @@ def _where_infer(inputs, attrs):
 
 
 register(OpDef(op_type="Where", kind=OpKind.BROADCAST, compute=_where_compute,
-               infer=_where_infer, work=_work(alu=1), ge_type="Select"))
+               infer=_where_infer))

@@ -1,4 +1,4 @@
-"""Reduce* and ArgMax/ArgMin: numpy kernels, shape rules, work counts.
+"""Reduce* and ArgMax/ArgMin: numpy semantics and shape rules.
 
 Canonical form: the axes input of opset 13/18 is the attribute "axes" (list, or absent/None
 for "all axes" -- or no reduction at all when noop_with_empty_axes=1).  keepdims defaults
@@ -11,12 +11,12 @@ from typing import Optional
 
 import numpy as np
 
-from codegen.ops.common import normalize_axes, normalize_axis
-from codegen.ops.registry import OpDef, OpKind, TensorType, Work, register
+from ge.ops.common import normalize_axes, normalize_axis
+from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import invalid_attr
 
 
-def _axes_of(op_type: str, attrs: dict, rank: int) -> Optional[tuple]:
+def reduced_axes(op_type: str, attrs: dict, rank: int) -> Optional[tuple]:
     """The reduced axes, sorted and non-negative; None means "no reduction" (noop)."""
     axes = attrs.get("axes")
     if isinstance(axes, (int, np.integer)):
@@ -101,28 +101,24 @@ def _log_sum_exp(x, axes, kd):
     return s if kd else np.squeeze(s, axis=axes)
 
 
-# Work per reduction: (alu, transcendental, div) per INPUT element, and per OUTPUT element.
-_REDUCERS = {
-    #  op                 kernel        om type            per input            per output
-    "ReduceSum":       (_sum,         "ReduceSum",       {"alu": 1},          {}),
-    "ReduceMean":      (_mean,        "ReduceMean",      {"alu": 1},          {"alu": 1}),
-    "ReduceMax":       (_max,         "ReduceMax",       {"alu": 1},          {}),
-    "ReduceMin":       (_min,         "ReduceMin",       {"alu": 1},          {}),
-    "ReduceProd":      (_prod,        "ReduceProd",      {"alu": 1},          {}),
-    "ReduceSumSquare": (_sum_square,  "",                {"alu": 2},          {}),
-    "ReduceL1":        (_l1,          "",                {"alu": 2},          {}),
-    "ReduceL2":        (_l2,          "ReduceL2D",       {"alu": 2},          {"div": 1}),
-    "ReduceLogSum":    (_log_sum,     "",                {"alu": 1},          {"transcendental": 1}),
-    # stable form: max-reduce, sub, exp, sum-reduce per element; log and add-back per output
-    "ReduceLogSumExp": (_log_sum_exp, "ReduceLogSumExp", {"alu": 3, "transcendental": 1},
-                        {"alu": 1, "transcendental": 1}),
+REDUCERS = {
+    "ReduceSum": _sum,
+    "ReduceMean": _mean,
+    "ReduceMax": _max,
+    "ReduceMin": _min,
+    "ReduceProd": _prod,
+    "ReduceSumSquare": _sum_square,
+    "ReduceL1": _l1,
+    "ReduceL2": _l2,
+    "ReduceLogSum": _log_sum,
+    "ReduceLogSumExp": _log_sum_exp,     # stable form: max-reduce, sub, exp, sum-reduce
 }
 
 
-def _make_reduce(op_type: str, kernel, ge_type: str, per_in: dict, per_out: dict) -> OpDef:
+def _make_reduce(op_type: str, kernel) -> OpDef:
     def compute(inputs, attrs):
         x = inputs[0]
-        axes = _axes_of(op_type, attrs, x.ndim)
+        axes = reduced_axes(op_type, attrs, x.ndim)
         if axes is None:
             return [x.copy()]
         y = kernel(x, axes, bool(int(attrs.get("keepdims", 1))))
@@ -130,26 +126,16 @@ def _make_reduce(op_type: str, kernel, ge_type: str, per_in: dict, per_out: dict
 
     def infer(inputs, attrs):
         t = inputs[0]
-        axes = _axes_of(op_type, attrs, len(t.shape))
+        axes = reduced_axes(op_type, attrs, len(t.shape))
         shape = _reduced_shape(tuple(t.shape), axes, bool(int(attrs.get("keepdims", 1))))
         return [TensorType(np.dtype(t.dtype), shape)]
 
-    def work(inputs, outputs, attrs):
-        if _axes_of(op_type, attrs, len(inputs[0].shape)) is None:
-            return Work()
-        w = Work()
-        for cls, count in per_in.items():
-            w.add_vector(cls, count * inputs[0].size)
-        for cls, count in per_out.items():
-            w.add_vector(cls, count * outputs[0].size)
-        return w
-
-    return OpDef(op_type=op_type, kind=OpKind.REDUCE, compute=compute, infer=infer, work=work,
-                 ge_type=ge_type, config_inputs=((1, "axes"),))
+    return OpDef(op_type=op_type, kind=OpKind.REDUCE, compute=compute, infer=infer,
+                 config_inputs=((1, "axes"),))
 
 
-for _name, (_kernel, _ge, _in, _out) in _REDUCERS.items():
-    register(_make_reduce(_name, _kernel, _ge, _in, _out))
+for _name, _kernel in REDUCERS.items():
+    register(_make_reduce(_name, _kernel))
 
 
 # ---------------------------------------------------------------------------------------
@@ -180,11 +166,7 @@ def _make_arg(op_type: str, np_arg) -> OpDef:
         return [TensorType(np.dtype(np.int64),
                            _reduced_shape(shape, (axis,), bool(int(attrs.get("keepdims", 1)))))]
 
-    def work(inputs, outputs, attrs):
-        return Work().add_vector("alu", 2 * inputs[0].size)   # compare + select index
-
-    return OpDef(op_type=op_type, kind=OpKind.REDUCE, compute=compute, infer=infer, work=work,
-                 ge_type=op_type)
+    return OpDef(op_type=op_type, kind=OpKind.REDUCE, compute=compute, infer=infer)
 
 
 register(_make_arg("ArgMax", np.argmax))

@@ -3,14 +3,12 @@
 - GatherND: the dynamo exporter lowers transformers' mask indexing
   (``padding_mask[batch_idx, kv_idx]``) to GatherND on the run-time attention_mask.
 - CastLike: onnxscript's torchlib casts scalars to an input's type with it.
-Both are data movement / conversion on the vector unit, priced per output element.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from codegen.ops.common import per_output_element
-from codegen.ops.registry import OpDef, OpKind, TensorType, register
+from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import AtcError
 
 
@@ -55,7 +53,7 @@ def gather_nd_infer(inputs, attrs):
 
 
 register(OpDef(op_type="GatherND", kind=OpKind.INJECTIVE, compute=gather_nd_compute,
-               infer=gather_nd_infer, work=per_output_element("move"), ge_type="GatherNd"))
+               infer=gather_nd_infer))
 
 
 def cast_like_compute(inputs, attrs):
@@ -64,5 +62,4 @@ def cast_like_compute(inputs, attrs):
 
 
 register(OpDef(op_type="CastLike", kind=OpKind.ELEMWISE, compute=cast_like_compute,
-               infer=lambda i, a: [TensorType(np.dtype(i[1].dtype), tuple(i[0].shape))],
-               work=per_output_element("alu"), ge_type="CastLike"))
+               infer=lambda i, a: [TensorType(np.dtype(i[1].dtype), tuple(i[0].shape))]))

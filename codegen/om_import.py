@@ -1,5 +1,8 @@
 """Rebuild the IR graph from an .om file, so the simulator runs exactly what was compiled.
 
+The inverse of om_builder.py, next to it: both read the kernel table (om type <-> op type)
+and share the private attributes the writer adds.
+
 Every reference inside the ModelDef is checked (unknown source op, output index out of
 range, unknown op type, weights outside the partition): a damaged .om gives E10003, never
 a KeyError.
@@ -11,11 +14,12 @@ from typing import Optional
 
 import numpy as np
 
-from codegen.ops.common import FLOAT_TYPES
-from codegen.ops.registry import TensorType, op_by_om_type
+from codegen.registry import kernel_by_om_type
 from ge.errors import AtcError, om_format_error
 from ge.ir import Graph, Node, TensorDesc, Value
 from ge.limits import MAX_TENSOR_BYTES, too_large
+from ge.ops.common import FLOAT_TYPES
+from ge.ops.registry import OpDef, TensorType
 from om_format import attrs as om_attrs
 from om_format.container import OmFile, PartitionType, load_model_def, load_task_def, read_om
 from om_format.errors import OmFormatError
@@ -104,14 +108,14 @@ def _compute_dtype(node: Node, recorded) -> np.dtype:
     return dtype
 
 
-def _check_types(node: Node, opdef) -> None:
+def _check_types(node: Node, op: OpDef) -> None:
     """Re-run the registry's shape rule: the recorded attributes and input types must give
     exactly the recorded output types, else a kernel would fail (or lie) at run time."""
     if not node.outputs:
         raise _bad(f"Op [{node.name}] ({node.op_type}) has no output_desc.")
     types = [None if v is None else TensorType(np.dtype(v.desc.dtype), tuple(v.desc.shape)) for v in node.inputs]
     try:
-        inferred = opdef.infer(types, node.attrs)
+        inferred = op.infer(types, node.attrs)
     except Exception as exc:   # AtcError or whatever a rule raises on attributes it never expected
         message = exc.message if isinstance(exc, AtcError) else f"{type(exc).__name__}: {exc}"
         raise _bad(f"Op [{node.name}] ({node.op_type}) does not accept its recorded inputs and "
@@ -170,8 +174,8 @@ def _build_graph(opened: OpenedOm) -> LoadedOm:
         elif op.type == "NetOutput":
             net_output = op
         else:
-            opdef = op_by_om_type(op.type)
-            if opdef is None:
+            kernel = kernel_by_om_type(op.type)
+            if kernel is None:
                 raise _bad(f"Op [{op.name}] has type [{op.type}], which this simulator does not know.")
             attrs = om_attrs.get_attrs(op.attr, weights)
             slots = attrs.get("_input_slots")
@@ -192,10 +196,10 @@ def _build_graph(opened: OpenedOm) -> LoadedOm:
                 if _text(attrs, key, op.name):
                     provenance[field] = _text(attrs, key, op.name)
             node_attrs = {k: v for k, v in attrs.items() if k not in _PRIVATE_ATTRS}
-            node = Node(opdef.op_type, inputs, out_values, node_attrs, name=op.name, provenance=provenance)
+            node = Node(kernel.op_type, inputs, out_values, node_attrs, name=op.name, provenance=provenance)
             graph.add_node(node)
             compute_dtypes[op.name] = _compute_dtype(node, attrs.get("_compute_dtype"))
-            _check_types(node, opdef)
+            _check_types(node, kernel.op)
             for i, value in enumerate(out_values):
                 outputs[f"{op.name}:{i}"] = value
     if net_output is None:

@@ -1,0 +1,71 @@
+"""Kernels of the shape and data-movement ops (ge/ops/tensor.py): .om type and work rule.
+
+Data movement is priced as one `move` per output element; views (Reshape, Flatten, Squeeze,
+Unsqueeze) launch no kernel and cost nothing.
+"""
+from __future__ import annotations
+
+import math
+
+from codegen.registry import register
+from codegen.work import Work, no_work, per_element
+from ge.ops.tensor import attr_str, einsum_parse, normalize_axis, resize_plan
+
+
+def _nonzero_work(inputs, outputs, attrs):
+    return Work().add_vector("alu", inputs[0].size)
+
+
+def _topk_work(inputs, outputs, attrs):
+    n = inputs[0].shape[normalize_axis(int(attrs.get("axis", -1)), len(inputs[0].shape))]
+    return Work().add_vector("alu", inputs[0].size * max(1, math.ceil(math.log2(max(n, 2)))))
+
+
+def _einsum_work(inputs, outputs, attrs):
+    ts = [t for t in inputs if t is not None]
+    sizes, ell_shape, _ = einsum_parse(attrs["equation"], [t.shape for t in ts])
+    products = math.prod(sizes.values()) * math.prod(ell_shape)
+    if len(ts) >= 2:     # a contraction: the cube does every product of the index space
+        return Work(cube_macs=products * (len(ts) - 1))
+    return Work().add_vector("alu", products)
+
+
+def _resize_work(inputs, outputs, attrs):
+    if attr_str(attrs, "mode", "nearest") == "nearest":
+        return Work().add_vector("move", outputs[0].size)
+    out, _ = resize_plan(inputs[0].shape, attrs)
+    axes = sum(1 for a, b in zip(inputs[0].shape, out) if a != b)
+    return Work().add_vector("move", outputs[0].size * 2 ** axes).add_vector(
+        "alu", outputs[0].size * 3 * max(axes, 1))
+
+
+# op type: (work rule, .om type; "" = the op type)
+KERNELS = {
+    "Transpose":       (per_element(move=1), "Transpose"),
+    "Concat":          (per_element(move=1), "ConcatD"),
+    "Split":           (per_element(move=1), "SplitD"),
+    "Slice":           (per_element(move=1), "StridedSliceD"),
+    "Gather":          (per_element(move=1), "GatherV2D"),
+    "GatherElements":  (per_element(move=1), ""),
+    "Expand":          (per_element(move=1), "BroadcastTo"),
+    "Tile":            (per_element(move=1), "Tile"),
+    "Pad":             (per_element(move=1), "Pad"),
+    "Shape":           (no_work, "Shape"),
+    "Size":            (no_work, "Size"),
+    "ConstantOfShape": (per_element(move=1), "Fill"),
+    "Range":           (per_element(alu=1), "Range"),
+    "NonZero":         (_nonzero_work, ""),
+    "DepthToSpace":    (per_element(move=1), "DepthToSpace"),
+    "SpaceToDepth":    (per_element(move=1), "SpaceToDepth"),
+    "Trilu":           (per_element(alu=1), ""),
+    "CumSum":          (per_element(alu=1), "Cumsum"),
+    "OneHot":          (per_element(alu=2), "OneHot"),
+    "TopK":            (_topk_work, "TopK"),
+    "Einsum":          (_einsum_work, ""),
+    "Resize":          (_resize_work, ""),
+}
+
+for _op_type, (_work, _om_type) in KERNELS.items():
+    register(_op_type, _work, _om_type)
+for _op_type, _om_type in (("Reshape", "Reshape"), ("Flatten", "Flatten"), ("Squeeze", "Squeeze"), ("Unsqueeze", "")):
+    register(_op_type, no_work, _om_type, no_task=True)
