@@ -17,6 +17,7 @@ from codegen import super_kernel
 from codegen.om_builder import build_partitions, compute_dtype
 from atc_py.files import write_json_atomic
 from codegen.registry import kernel_of
+from fusion_passes.switches import parse_env_flags
 from om_format.container import write_om
 from ge.ir import Graph
 from simulator.cost_model import load_chip
@@ -128,15 +129,6 @@ def fusion_result_json(result) -> dict:
     return {"session_and_graph_id_0_0": session}
 
 
-def parse_dfx_flags(text: str) -> dict:
-    """AUTOFUSE_DFX_FLAGS / AUTOFUSE_FLAGS: "--k=v;--k2=v2" -> {k: v}."""
-    flags = {}
-    for item in filter(None, (s.strip() for s in (text or "").split(";"))):
-        key, _, value = item.lstrip("-").partition("=")
-        flags[key.strip()] = value.strip()
-    return flags
-
-
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "node"
 
@@ -210,7 +202,7 @@ def write_companions(result, options, log) -> list:
     """fusion_result.json in the working directory, and the AUTOFUSE_DFX_FLAGS dumps."""
     write_json_atomic(FUSION_RESULT_FILE, fusion_result_json(result))
     written = [FUSION_RESULT_FILE]
-    flags = parse_dfx_flags(os.environ.get("AUTOFUSE_DFX_FLAGS", ""))
+    flags = parse_env_flags(os.environ.get("AUTOFUSE_DFX_FLAGS", ""))
     if flags.get("debug_dir"):
         files = write_debug_dumps(result, flags["debug_dir"], flags.get("codegen_compile_debug") == "true",
                                   options.soc_version, options.precision_mode)

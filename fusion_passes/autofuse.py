@@ -32,7 +32,8 @@ from typing import Optional, Union
 from codegen.fused.autofused import OP_TYPE, encode_subgraph
 from fusion_passes import autofuse_grouping as grouping
 from fusion_passes import reasons
-from fusion_passes.base import FusionPass, Miss, creates_cycle, fuse
+from fusion_passes.base import FusionPass, Miss, PassStats, creates_cycle, fuse
+from fusion_passes.switches import parse_env_flags
 from ge.errors import AtcError
 from ge.ir import Graph, Node, Value
 from ge.ops.registry import TensorType
@@ -54,9 +55,7 @@ class AutofuseFlags:
     @classmethod
     def parse(cls, text: str) -> "AutofuseFlags":
         """Parse an AUTOFUSE_FLAGS string; bad values raise AtcError E10001."""
-        from atc_py.report import parse_dfx_flags
-
-        raw = parse_dfx_flags(text)
+        raw = parse_env_flags(text)
         flags = cls()
         for key in raw:
             if key not in _KNOWN_KEYS:
@@ -158,8 +157,6 @@ class AutoFusePass(FusionPass):
         return self.flags if self.flags is not None else AutofuseFlags.from_env()
 
     def run(self, graph: Graph, switches):
-        from fusion_passes.pipeline import PassStats
-
         flags = self.current_flags()
         stats = PassStats(self.pattern_name, self.pass_name)
         if hasattr(switches, "warnings"):

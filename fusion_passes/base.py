@@ -50,6 +50,24 @@ class Match:
     data: dict = field(default_factory=dict)
 
 
+@dataclass
+class PassStats:
+    pattern_name: str
+    pass_name: str
+    match_times: int = 0
+    effect_times: int = 0
+    disabled_by: str = ""
+    misses: list = field(default_factory=list)
+    fused_nodes: list = field(default_factory=list)    # names of the nodes it created
+    fused_types: dict = field(default_factory=dict)    # fused op type -> count
+
+    def record_effect(self, node) -> None:
+        """Count one rewrite that produced `node`."""
+        self.effect_times += 1
+        self.fused_nodes.append(node.name)
+        self.fused_types[node.op_type] = self.fused_types.get(node.op_type, 0) + 1
+
+
 def describe(values: Iterable[Optional[Value]]) -> dict:
     """Shapes and dtypes of values, for a Miss."""
     out = {}

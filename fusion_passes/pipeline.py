@@ -7,52 +7,29 @@ MatMulBiasAct so it can absorb a fused GEMM; autofuse last, on whatever is left.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from ge.ir import Graph
-from fusion_passes.base import FusionPass, Match, Miss
+from fusion_passes.autofuse import AutoFusePass
+from fusion_passes.base import FusionPass, Match, Miss, PassStats
+from fusion_passes.conv_bn_relu import ConvBNReluFusionPass
+from fusion_passes.conv_pool_fc import ConvPoolFCFusionPass
+from fusion_passes.layer_norm import LayerNormFusionPass
+from fusion_passes.layer_norm_matmul import LayerNormMatMulFusionPass
+from fusion_passes.matmul_bias_act import MatMulBiasActFusionPass
+from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
 from fusion_passes.switches import FusionSwitches
+from ge.ir import Graph
 
-PASSES: list = []   # filled in below, in order
-
-
-def _load_passes() -> list:
-    import importlib
-
-    modules = [
-        # (module, class) in the order they run
-        ("conv_bn_relu", "ConvBNReluFusionPass"),
-        ("conv_pool_fc", "ConvPoolFCFusionPass"),
-        ("layer_norm", "LayerNormFusionPass"),
-        ("multi_head_attention", "MultiHeadAttentionFusionPass"),
-        ("matmul_bias_act", "MatMulBiasActFusionPass"),
-        ("layer_norm_matmul", "LayerNormMatMulFusionPass"),
-        ("autofuse", "AutoFusePass"),
-    ]
-    return [getattr(importlib.import_module(f"fusion_passes.{m}"), c)() for m, c in modules]
-
-
-@dataclass
-class PassStats:
-    pattern_name: str
-    pass_name: str
-    match_times: int = 0
-    effect_times: int = 0
-    disabled_by: str = ""
-    misses: list = field(default_factory=list)
-    fused_nodes: list = field(default_factory=list)    # names of the nodes it created
-    fused_types: dict = field(default_factory=dict)    # fused op type -> count
-
-    def record_effect(self, node) -> None:
-        """Count one rewrite that produced `node`."""
-        self.effect_times += 1
-        self.fused_nodes.append(node.name)
-        self.fused_types[node.op_type] = self.fused_types.get(node.op_type, 0) + 1
+PASSES: list = [      # in the order they run
+    ConvBNReluFusionPass(),
+    ConvPoolFCFusionPass(),
+    LayerNormFusionPass(),
+    MultiHeadAttentionFusionPass(),
+    MatMulBiasActFusionPass(),
+    LayerNormMatMulFusionPass(),
+    AutoFusePass(),
+]
 
 
 def all_passes() -> list:
-    if not PASSES:
-        PASSES.extend(_load_passes())
     return PASSES
 
 

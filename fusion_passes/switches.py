@@ -39,6 +39,15 @@ class FusionSwitches:
         return ""
 
 
+def parse_env_flags(text: str) -> dict:
+    """AUTOFUSE_FLAGS / AUTOFUSE_DFX_FLAGS: "--k=v;--k2=v2" -> {k: v}."""
+    flags = {}
+    for item in filter(None, (s.strip() for s in (text or "").split(";"))):
+        key, _, value = item.lstrip("-").partition("=")
+        flags[key.strip()] = value.strip()
+    return flags
+
+
 def _state(value, pass_name: str, path: str) -> bool:
     text = str(value).strip().lower()
     if text not in ("on", "off"):
