@@ -7,6 +7,7 @@ traceback for a user mistake (set ATC_PY_TRACEBACK=1 to see one for an internal 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 
@@ -14,6 +15,8 @@ import click
 
 from atc_py.options import AtcOptions
 from ge.errors import AtcError
+from ge.limits import host_memory_exhausted
+from ge.files import Terminated, cleanup_on_signals
 
 START_LINE = "ATC start working now, please wait for a moment."
 SUCCESS_LINE = "ATC run success, welcome to the next use."
@@ -72,17 +75,25 @@ def main(argv=None) -> int:
         return 0
     print(START_LINE, flush=True)
     try:
-        options = parse_args(argv)
-        options.validate()
-        from atc_py.driver import run
-        run(options)
+        with cleanup_on_signals():   # SIGTERM/SIGINT: no temp file is left behind
+            options = parse_args(argv)
+            options.validate()
+            from atc_py.driver import run
+            run(options)
     except AtcError as err:
         print(FAIL_LINE)
         print(err.render())
         return 1
+    except MemoryError:   # the budget let through what the host could not hold after all
+        print(FAIL_LINE)
+        print(host_memory_exhausted().render())
+        return 1
     except KeyboardInterrupt:
         print(FAIL_LINE)
         return 130
+    except Terminated:
+        print(FAIL_LINE)
+        return 128 + signal.SIGTERM
     except Exception as exc:  # an internal error is still reported ATC-style
         print(FAIL_LINE)
         print(f"E19999: Inner Error! {type(exc).__name__}: {exc}")

@@ -19,7 +19,7 @@ def _header_dict(header) -> dict:
 
 def om_to_dict(path: str) -> dict:
     """Header fields, partition table and the ModelDef (protobuf JSON mapping) of an .om."""
-    opened = open_om(path)
+    opened = open_om(path, "--om")
     om, model, tasks = opened.om, opened.model_def, opened.task_def
     content = {
         "header": _header_dict(om.header),
@@ -33,7 +33,7 @@ def om_to_dict(path: str) -> dict:
 
 def model_info(path: str) -> str:
     """Human-readable summary like ATC's --mode=6: header, partition sizes, op counts by type."""
-    opened = open_om(path)
+    opened = open_om(path, "--om")
     om, model, tasks = opened.om, opened.model_def, opened.task_def
     h = om.header
     lines = ["============ Display Model Info start ============",

@@ -80,6 +80,10 @@ class AtcOptions:
                 raise AtcError("E10022", f"Value [{self.output}] for parameter [--output] is invalid. Reason: "
                                "it is a directory; give a file path without the .om suffix.",
                                "For example --output=out/resnet50.")
+            if os.path.isdir(self.om_path):
+                raise AtcError("E10022", f"Value [{self.output}] for parameter [--output] is invalid. Reason: "
+                               f"[{self.om_path}], where the model would go, is a directory.",
+                               "Give another --output, or move the folder away.")
             if not self.soc_version:
                 raise AtcError("E10004", "Value for --soc_version is empty.", "Pass e.g. --soc_version=Ascend910.")
         from codegen.super_kernel import scope_matcher

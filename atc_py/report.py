@@ -6,7 +6,6 @@ kernels; the overall speedup compares the whole unfused graph with the whole fus
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -15,10 +14,10 @@ from google.protobuf import text_format
 
 from codegen import super_kernel
 from codegen.om_builder import build_partitions, compute_dtype
-from atc_py.files import write_json_atomic
 from codegen.registry import kernel_of
 from fusion_passes.switches import parse_env_flags
-from om_format.container import write_om
+from ge.files import Outputs
+from om_format.container import build_om
 from ge.ir import Graph
 from simulator.cost_model import load_chip
 from simulator.pricing import node_costs, price_tasks
@@ -133,6 +132,16 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "node"
 
 
+def _unique(stem: str, taken: set) -> str:
+    """`stem`, or `stem_2`, `stem_3`...: two node names may give the same safe file name."""
+    candidate, n = stem, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{stem}_{n}"
+    taken.add(candidate)
+    return candidate
+
+
 class _SubgraphView:
     """The unfused nodes one fused kernel covers, shaped like a Graph for build_partitions."""
 
@@ -155,19 +164,19 @@ class _SubgraphView:
         pass
 
 
-def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version: str, precision_mode: str) -> list:
+def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version: str, precision_mode: str,
+                      out: Outputs) -> list:
     """Failure dumps (one JSON per miss) and, with codegen_compile_debug, per fused kernel the
     unfused subgraph it replaced as a protobuf-text ModelDef (.pbtxt, GE's dump format) and as
-    an .om that Netron opens.  Returns the files written."""
-    os.makedirs(directory, exist_ok=True)
-    written = []
+    an .om that Netron opens.  Returns the files written (at `out`'s commit)."""
+    param = "AUTOFUSE_DFX_FLAGS --debug_dir"
+    out.make_folder(directory, param)
+    written, stems = [], set()
     index = 0
     for stats in result.fusion_stats:
         for miss in stats.misses:
             path = os.path.join(directory, f"fusion_failure_{index:04d}_{_safe(miss.pass_name)}.json")
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(miss.to_json(), f, indent=2)
-            written.append(path)
+            written.append(out.write_json(path, miss.to_json(), param))
             index += 1
     if with_subgraphs:
         for node in result.graph.nodes:
@@ -177,15 +186,16 @@ def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version:
             parts = build_partitions(view, node.name, soc_version, precision_mode,
                                      extra_attrs={"fused_kernel": node.op_type,
                                                   "fusion_pass": node.provenance["pass"]})
-            path = os.path.join(directory, f"{_safe(node.name)}.pbtxt")
-            with open(path, "w", encoding="utf-8") as f:
+            stem = _unique(_safe(node.name), stems)
+            path = os.path.join(directory, f"{stem}.pbtxt")
+            with out.open(path, param, text=True) as f:
                 f.write(text_format.MessageToString(parts.model_def))
             written.append(path)
             # Netron reads ge.proto only inside an .om container, so the same subgraph goes
             # next to the text dump as an .om it can open.
-            om_path = os.path.join(directory, f"{_safe(node.name)}.om")
-            write_om(om_path, parts.as_dict(), name=node.op_type, ops=len(view.nodes), platform_version=soc_version)
-            written.append(om_path)
+            om_path = os.path.join(directory, f"{stem}.om")
+            written.append(out.write_bytes(om_path, build_om(parts.as_dict(), name=node.op_type, ops=len(view.nodes),
+                                                             platform_version=soc_version), param))
     return written
 
 
@@ -198,14 +208,15 @@ def print_report(report: FusionReport, log) -> None:
                   f"{miss.anchor}, ops {[t for _, t in miss.nodes]}: {miss.constraint}; tensors {miss.tensors}")
 
 
-def write_companions(result, options, log) -> list:
-    """fusion_result.json in the working directory, and the AUTOFUSE_DFX_FLAGS dumps."""
-    write_json_atomic(FUSION_RESULT_FILE, fusion_result_json(result))
-    written = [FUSION_RESULT_FILE]
+def write_companions(result, options, log, out: Outputs) -> list:
+    """fusion_result.json in the working directory, and the AUTOFUSE_DFX_FLAGS dumps, as part
+    of the run's outputs `out` (written with the .om, or not at all)."""
+    written = [out.write_json(FUSION_RESULT_FILE, fusion_result_json(result),
+                                  f"the fusion result ({FUSION_RESULT_FILE} in the working folder)")]
     flags = parse_env_flags(os.environ.get("AUTOFUSE_DFX_FLAGS", ""))
     if flags.get("debug_dir"):
         files = write_debug_dumps(result, flags["debug_dir"], flags.get("codegen_compile_debug") == "true",
-                                  options.soc_version, options.precision_mode)
+                                  options.soc_version, options.precision_mode, out)
         log.info(f"Wrote {len(files)} fusion debug file(s) to {flags['debug_dir']}.")
         written.extend(files)
     return written

@@ -9,6 +9,8 @@ a KeyError.
 """
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -17,7 +19,8 @@ import numpy as np
 from codegen.registry import kernel_by_om_type
 from ge.errors import AtcError, om_format_error
 from ge.ir import Graph, Node, TensorDesc, Value
-from ge.limits import MAX_TENSOR_BYTES, too_large
+from ge.files import read_input
+from ge.limits import MAX_TENSOR_BYTES, current_budget, too_large
 from ge.ops.common import FLOAT_TYPES
 from ge.ops.registry import OpDef, TensorType
 from om_format import attrs as om_attrs
@@ -42,10 +45,15 @@ class OpenedOm:
     task_def: Optional[ModelTaskDef]
 
 
-def open_om(source) -> OpenedOm:
-    """Read and parse an .om (path or bytes); anything wrong with the bytes is E10003."""
+def open_om(source, param: str = "--model") -> OpenedOm:
+    """Read and parse an .om (path or bytes); anything wrong with the bytes is E10003.  A path
+    must name a regular file that fits the host budget (ge.files: E13026, E13015)."""
+    where = "The .om data"
+    if not isinstance(source, (bytes, bytearray, memoryview)):
+        where = f"File [{os.fspath(source)}]"
+        source = read_input(os.fspath(source), param, current_budget().file_bytes, missing_code="E10003")
     try:
-        om = read_om(source)
+        om = read_om(source, where=where)
         return OpenedOm(om, load_model_def(om), load_task_def(om))
     except OmFormatError as exc:
         raise om_format_error(exc) from exc
@@ -130,9 +138,9 @@ def _check_types(node: Node, op: OpDef) -> None:
                        f"attributes give {np.dtype(ttype.dtype)} {list(ttype.shape)}.")
 
 
-def load_om_graph(path) -> LoadedOm:
+def load_om_graph(path, param: str = "--model") -> LoadedOm:
     """The IR graph of an .om, every reference and type checked (E10003 when damaged)."""
-    opened = open_om(path)
+    opened = open_om(path, param)
     try:
         return _build_graph(opened)
     except OmFormatError as exc:       # a tensor or attribute the format layer cannot decode

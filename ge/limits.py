@@ -1,16 +1,43 @@
-"""Size limits that follow from the file formats, not from any chip.
+"""Size limits, and the resource budget every stage checks before it allocates.
 
-GE's TensorDescriptor.size (and every offset in an .om) is an int64, so no tensor can hold
-more bytes than that.  Sizes are computed with Python ints: a numpy int64 product of huge
-dims wraps around and can pass a check it should fail.
+Two kinds of limit:
+- from the formats: GE's TensorDescriptor.size (and every offset in an .om) is an int64, so
+  no tensor can hold more bytes than `MAX_TENSOR_BYTES`.  Sizes are computed with Python
+  ints: a numpy int64 product of huge dims wraps around and can pass a check it should fail.
+- from the machine (`Budget`): no tensor may be larger than the chip's memory (the
+  `memory_size` of simulator/chips/<soc>.json, handed down by the driver -- ge never reads
+  chip files), and what this process allocates on the host must fit the memory it may still
+  use (physical RAM, RLIMIT_AS/RLIMIT_DATA, the cgroup limit).  A 100-byte model can ask for
+  terabytes; the budget refuses it (E13023, naming the node and the size) before numpy or
+  onnx allocates anything.
+
+The budget only ever decides *whether* a run goes on, never *what* it produces: outputs stay
+the same bytes on every machine.  `use_budget` sets it for a run (a context variable, so
+threads and nested runs keep their own); `current_budget` reads it, defaulting to the host.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+import os
+import resource
+from dataclasses import dataclass, replace
+from typing import Optional
 
 import numpy as np
 
+from ge.errors import AtcError
+
 MAX_TENSOR_BYTES = (1 << 63) - 1
+# Peak host memory of a compile, in multiples of the ONNX file's size: the parsed protobuf,
+# the numpy weights, the fp16 copy and the .om being assembled (measured: a 512 MB weight
+# peaks at 2.7 GB RSS, 5.2x, with the interpreter included).  A file is refused when this
+# multiple does not fit the host budget.
+HOST_COPIES = 6
+# What a simulator run allocates besides its live tensors: a kernel's temporaries and
+# compute-dtype copies of its inputs, in multiples of the largest tensor.
+KERNEL_TEMPORARIES = 3
 
 
 def tensor_bytes(shape, dtype) -> int:
@@ -20,3 +47,115 @@ def tensor_bytes(shape, dtype) -> int:
 
 def too_large(shape, dtype) -> bool:
     return tensor_bytes(shape, dtype) > MAX_TENSOR_BYTES
+
+
+def _proc_status_kb(field: str) -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _cgroup_room() -> Optional[int]:
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current", encoding="ascii") as f:
+            used = int(f.read().strip())
+        return None if limit == "max" else int(limit) - used
+    except (OSError, ValueError):
+        return None
+
+
+def host_memory_bytes() -> int:
+    """Bytes this process may still allocate: the least of physical RAM, the room left under
+    RLIMIT_AS (address space) and RLIMIT_DATA, and the cgroup's limit."""
+    rooms = []
+    try:
+        rooms.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError):
+        pass
+    for limit, field in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
+        soft, _ = resource.getrlimit(limit)
+        if soft != resource.RLIM_INFINITY:
+            rooms.append(soft - _proc_status_kb(field) * 1024)
+    cgroup = _cgroup_room()
+    if cgroup is not None:
+        rooms.append(cgroup)
+    return max(min(rooms, default=MAX_TENSOR_BYTES), 0)
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 30):.3g} GiB"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one run may use.  `device_bytes`: the chip's memory (None: no chip involved);
+    `host_bytes`: what this process may still allocate."""
+
+    host_bytes: int
+    device_bytes: Optional[int] = None
+    device: str = ""
+
+    @classmethod
+    def of_host(cls) -> "Budget":
+        return cls(host_bytes=host_memory_bytes())
+
+    def with_device(self, nbytes: int, name: str) -> "Budget":
+        return replace(self, device_bytes=int(nbytes), device=name)
+
+    @property
+    def file_bytes(self) -> int:
+        """The largest model file a compile may read."""
+        return self.host_bytes // HOST_COPIES
+
+    def check_tensor(self, nbytes: int, what: str, solution: str = "") -> None:
+        """A tensor the chip must hold: at most the chip's memory (and int64 bytes)."""
+        limit = min(MAX_TENSOR_BYTES, self.device_bytes if self.device_bytes is not None else MAX_TENSOR_BYTES)
+        if nbytes > limit:
+            where = (f"the {self.device}'s {_gib(limit)} of device memory" if limit == self.device_bytes
+                     else "the int64 size field of a tensor")
+            raise exceeds(what, nbytes, limit, where,
+                          solution or "Give smaller input shapes (--input_shape) or check the node's attributes.")
+
+    def check_host(self, nbytes: int, what: str, solution: str = "") -> None:
+        """Memory this process is about to allocate: at most what the host lets it use."""
+        if nbytes > self.host_bytes:
+            raise exceeds(what, nbytes, self.host_bytes, "the memory this process may still use on the host "
+                          "(physical memory, ulimit -v, cgroup)",
+                          solution or "Run on a host with more memory, or give smaller shapes.")
+
+
+def exceeds(what: str, nbytes: int, limit: int, where: str, solution: str) -> AtcError:
+    """E13023, GE's code for a size beyond a system limit."""
+    return AtcError("E13023", f"{what} has a size of {nbytes} bytes ({_gib(nbytes)}), which exceeds the limit of "
+                    f"{limit} bytes: {where}.", solution)
+
+
+def host_memory_exhausted() -> AtcError:
+    """E13023 for a MemoryError the budget did not foresee (the last line of defence)."""
+    return AtcError("E13023", "The host ran out of memory: a tensor of the model has a size beyond what this "
+                    "process may use (physical memory, ulimit -v, cgroup).",
+                    "Run on a host with more memory, or give smaller shapes.")
+
+
+_BUDGET: contextvars.ContextVar = contextvars.ContextVar("atc_py_budget", default=None)
+
+
+def current_budget() -> Budget:
+    budget = _BUDGET.get()
+    return budget if budget is not None else Budget.of_host()
+
+
+@contextlib.contextmanager
+def use_budget(budget: Budget):
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)

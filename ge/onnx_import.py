@@ -8,6 +8,7 @@ opsets are resolved later by `ge.passes.infer_and_fold` (canonical form).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections import Counter
@@ -19,8 +20,9 @@ from onnx import helper, numpy_helper
 
 from ge.errors import AtcError
 from ge.ir import Graph, Node, TensorDesc, Value
-from ge.limits import MAX_TENSOR_BYTES, too_large
+from ge.limits import HOST_COPIES, MAX_TENSOR_BYTES, current_budget, too_large
 from om_format.attrs import to_ge_dtype
+from ge.files import check_input, open_input, read_input
 
 MIN_OPSET, MAX_OPSET = 13, 21
 _MAX_EXTERNAL_BYTES = 1 << 40
@@ -36,24 +38,17 @@ def onnx_dtype(elem_type: int) -> np.dtype:
 
 def load_model(path: str) -> onnx.ModelProto:
     """Read and parse an ONNX file, resolving external data inside the model's folder only."""
-    if not path:
-        raise AtcError("E10004", "Value for --model is empty.", "Pass --model=<path to .onnx>.")
-    if not os.path.isfile(path):
-        raise AtcError("E10001", f"Value [{path}] for parameter [--model] is invalid. "
-                       "Reason: the file does not exist or is not a regular file.",
-                       "Check the path given to --model.")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise AtcError("E10001", f"Value [{path}] for parameter [--model] is invalid. "
-                       f"Reason: cannot read it ({exc.strerror}).", "Check the file permissions.")
+    size = check_input(path, "--model").st_size
+    current_budget().check_host(size * HOST_COPIES, f"The host memory to convert model [{path}] (about "
+                                f"{HOST_COPIES}x its {size}-byte file)")
+    data = read_input(path, "--model")
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
     except Exception as exc:  # protobuf raises DecodeError (or RuntimeWarning-like) on bad bytes
         raise AtcError("E16001", f"Failed to parse model file [{path}] as ONNX: {exc}.",
                        "Check that the file is a complete ONNX model (not truncated).")
+    del data   # the parsed message holds its own copy
     if not model.HasField("graph") or not model.opset_import or len(model.graph.node) == 0:
         raise AtcError("E16001", f"Model file [{path}] is not a valid ONNX model: it has no graph, "
                        "no nodes or no opset_import.",
@@ -65,20 +60,24 @@ def load_model(path: str) -> onnx.ModelProto:
 def _load_external_data(model: onnx.ModelProto, base_dir: str) -> None:
     """Inline external tensors after checking every path and range (never trust the file)."""
     base_real = os.path.realpath(base_dir)
+    budget, total = current_budget(), 0
     for tensor in _all_tensors(model):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
+        if "\0" in location:
+            raise AtcError("E16003", f"External data location {location!r} of tensor [{tensor.name}] contains a "
+                           "NUL character, which no file path can hold.", "Re-export the model with its data file.")
         target = os.path.realpath(os.path.join(base_real, location))
         if not location or os.path.isabs(location) or os.path.commonpath([base_real, target]) != base_real:
             raise AtcError("E16003", f"External data [{location}] of tensor [{tensor.name}] is outside "
                            f"the model folder [{base_dir}].",
                            "Keep external data files next to the model (relative paths, no '..').")
-        if not os.path.isfile(target):
+        if not os.path.exists(target):
             raise AtcError("E16003", f"External data file [{location}] of tensor [{tensor.name}] "
                            "does not exist.", "Copy the external data file next to the model.")
-        file_size = os.path.getsize(target)
+        file_size = check_input(target, f"external data of tensor [{tensor.name}]", "E16003").st_size
         try:
             offset = int(info.get("offset", 0))
             expected = int(np.prod(tensor.dims, dtype=np.int64)) * onnx_dtype(tensor.data_type).itemsize
@@ -91,7 +90,10 @@ def _load_external_data(model: onnx.ModelProto, base_dir: str) -> None:
             raise AtcError("E16003", f"External data of tensor [{tensor.name}] (offset {offset}, length "
                            f"{length}) does not fit file [{location}] of {file_size} bytes or the "
                            f"tensor's {expected} bytes.", "Re-export the model with its data file.")
-        with open(target, "rb") as f:
+        total += length
+        budget.check_host(total * HOST_COPIES, f"The host memory to convert the model's external data (about "
+                          f"{HOST_COPIES}x its {total} bytes so far)")
+        with open_input(target, f"external data of tensor [{tensor.name}]", missing_code="E16003") as f:
             f.seek(offset)
             tensor.raw_data = f.read(length)
         tensor.data_location = onnx.TensorProto.DEFAULT
@@ -319,7 +321,9 @@ _TYPE_CHECK_INLINE_BYTES = 4096   # initializers up to this size stay (shape con
 def check_types(model: onnx.ModelProto) -> None:
     """ONNX's own strict type and shape check (what onnxruntime refuses, e.g. Add of float and
     int64).  Large initializers are handed over as typed inputs, so the check does not copy
-    the weights; small ones stay so shape-computing chains still fold."""
+    the weights; small ones stay so constant shape inputs are seen.  No data propagation:
+    ONNX would compute the values of shape chains (a 140-byte Range 0..2^40 materializes
+    terabytes) before anything bounded them; our folding computes them under the budget."""
     light = onnx.ModelProto()
     light.CopyFrom(onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import))
     light.graph.name = model.graph.name
@@ -328,13 +332,13 @@ def check_types(model: onnx.ModelProto) -> None:
     names = {i.name for i in model.graph.input}
     light.graph.input.extend(model.graph.input)
     for init in model.graph.initializer:
-        size = int(np.prod(init.dims, dtype=np.int64)) if init.dims else 1
+        size = math.prod(int(d) for d in init.dims)
         if size * 8 <= _TYPE_CHECK_INLINE_BYTES or init.data_type == onnx.TensorProto.INT64:
             light.graph.initializer.append(init)
         elif init.name not in names:
             light.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
     try:
-        onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True, data_prop=True)
+        onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True, data_prop=False)
     except Exception as exc:   # onnx raises InferenceError / ValidationError with the node named
         text = " ".join(str(exc).split())
         raise AtcError("E16004", f"The model fails ONNX's type and shape check: {text[:600]}",

@@ -193,10 +193,12 @@ def _bad(message: str) -> OmFormatError:
     return OmFormatError(message)
 
 
-def read_om(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> OmFile:
-    """Parse and verify an .om file (path or bytes).  Any problem raises OmFormatError."""
+def read_om(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, where: str = "The .om data") -> OmFile:
+    """Parse and verify an .om file (path or bytes; `where` names bytes in messages).  Any
+    problem raises OmFormatError.  The tools read files through ge.files (regular files
+    only, size-checked) and hand the bytes here."""
     if isinstance(source, (bytes, bytearray, memoryview)):
-        data, where = bytes(source), "The .om data"
+        data = source
     else:
         try:
             with open(source, "rb") as f:
@@ -218,7 +220,7 @@ def read_om(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> Om
                    f"versions below 0x{HEADER_VERSION:08X} are not supported.")
     if header.is_encrypt != 0:
         raise _bad(f"{where} is encrypted (is_encrypt={header.is_encrypt}); encrypted models are not supported.")
-    payload = data[HEADER_SIZE:]
+    payload = memoryview(data)[HEADER_SIZE:]   # a view: no second copy of a large file
     if header.length != (len(payload) & 0xFFFFFFFF) or (len(payload) > 0xFFFFFFFF and header.model_length == 0):
         raise _bad(f"{where} header length is {header.length} but {len(payload)} bytes follow "
                    "the header (file truncated or extended).")
@@ -239,7 +241,7 @@ def read_om(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> Om
     return OmFile(header=header, partitions=partitions)
 
 
-def _read_table(payload: bytes, where: str) -> dict:
+def _read_table(payload: memoryview, where: str) -> dict:
     if len(payload) < _TABLE_HEAD.size:
         raise _bad(f"{where} ends before the partition table ({len(payload)} bytes after the header).")
     num, pad = _TABLE_HEAD.unpack_from(payload, 0)
@@ -268,7 +270,7 @@ def _read_table(payload: bytes, where: str) -> dict:
             raise _bad(f"{where} partition {ptype.name} [{offset}, {offset + size}) runs past the "
                        f"end of the {data_size}-byte partition data.")
         start = table_size + offset
-        partitions[ptype] = payload[start:start + size]
+        partitions[ptype] = bytes(payload[start:start + size])
         if size:
             spans.append((offset, offset + size, ptype))
     spans.sort()

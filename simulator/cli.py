@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import traceback
 
 from ge.errors import AtcError
+from ge.limits import host_memory_exhausted
+from ge.files import Outputs, Terminated, cleanup_on_signals
 
 EXIT_OK, EXIT_ERROR, EXIT_COMPARE_FAIL = 0, 1, 2
 
@@ -28,15 +31,30 @@ class _Parser(argparse.ArgumentParser):
         raise AtcError("E10001", f"Invalid command line: {message}.", "Try 'atc-sim --help' for the parameters.")
 
 
+class _Once(argparse.Action):
+    """Stores a flag's value, refusing a second one: `--loop 5 --loop 7` is a mistake, not 7."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, "_given", set())
+        if self.dest in given:
+            raise AtcError("E10001", f"Parameter [{option_string}] is given more than once.",
+                           f"Give {option_string} once.")
+        namespace._given = given | {self.dest}
+        setattr(namespace, self.dest, values)
+
+
 def _positive_int(name):
     def parse(text):
+        from simulator.runner import MAX_LOOP
+        low = 0 if name == "--warmup_count" else 1
         try:
             value = int(text)
         except ValueError:
-            value = -1
-        if value < (0 if name == "--warmup_count" else 1):
             raise AtcError("E10001", f"Value [{text}] for parameter [{name}] is invalid. Reason: it must be an "
-                           f"integer >= {0 if name == '--warmup_count' else 1}.", f"For example {name}=1.")
+                           f"integer >= {low}.", f"For example {name}=1.") from None
+        if not low <= value <= MAX_LOOP:
+            raise AtcError("E10013", f"Value [{text}] for --{name.lstrip('-')} is out of range [{low}, {MAX_LOOP}].",
+                           f"For example {name}=1.")
         return value
     return parse
 
@@ -44,6 +62,7 @@ def _positive_int(name):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="atc-sim", allow_abbrev=False, description="Run an Ascend .om on the bundled numpy NPU simulator "
                 "(ais_bench flags). NPU times are simulated by the cost model of --soc_version.")
+    p.register("action", "store", _Once)   # every flag once
     p.add_argument("--model", required=True, help="the .om file")
     p.add_argument("--input", default="", help="comma-separated .npy files in model input order, or a folder of "
                    ".npy files named <input name>.npy (else taken sorted); default: seeded random inputs "
@@ -66,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _validate(args) -> None:
+    if not 0 <= args.seed < 1 << 63:
+        raise AtcError("E10013", f"Value [{args.seed}] for --seed is out of range [0, 2^63).", "Pass --seed=0 or more.")
     if args.device != "0":
         raise AtcError("E10001", f"Value [{args.device}] for parameter [--device] is invalid. Reason: the "
                        "simulator has one device, 0.", "Pass --device=0 or leave it out.")
@@ -87,6 +108,11 @@ def _fmt_stats(s: dict) -> str:
 
 
 def _run(args) -> int:
+    with Outputs() as out:   # outputs, summary and profile: all of them, or none
+        return _run_into(args, out)
+
+
+def _run_into(args, out: Outputs) -> int:
     from simulator import runner
 
     model = runner.load_model(args.model, args.soc_version)
@@ -123,13 +149,13 @@ def _run(args) -> int:
                               "outputs": [c.as_dict() for c in compares]}
     if args.profile:
         from simulator.profile import write_profile
-        summary["profile"] = write_profile(model, result.timings, args.profile)
+        summary["profile"] = write_profile(model, result.timings, args.profile, out)
         print(f"[INFO] profile written: {summary['profile']['op_summary']}, {summary['profile']['timeline']}")
     if args.output:
-        paths = runner.write_outputs(result.outputs, args.output, args.outfmt)
+        paths = runner.write_outputs(result.outputs, args.output, args.outfmt, out)
         for entry in summary["outputs"]:
             entry["file"] = paths[entry["name"]]
-        runner.write_json(os.path.join(args.output, "summary.json"), summary)
+        out.write_json(os.path.join(args.output, "summary.json"), summary, "--output")
         print(f"[INFO] outputs and summary.json written to {args.output}")
 
     npu = result.npu_time_ms
@@ -162,14 +188,20 @@ def main(argv=None) -> int:
         if any(a in ("-h", "--help") for a in argv):
             parser.print_help()
             return EXIT_OK
-        args = parser.parse_args(argv)
-        _validate(args)
-        return _run(args)
+        with cleanup_on_signals():   # SIGTERM/SIGINT: no temp file is left behind
+            args = parser.parse_args(argv)
+            _validate(args)
+            return _run(args)
     except AtcError as err:
         print(f"[ERROR] {err.render()}")
         return EXIT_ERROR
+    except MemoryError:   # the budget let through what the host could not hold after all
+        print(f"[ERROR] {host_memory_exhausted().render()}")
+        return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        return 128 + signal.SIGTERM
     except Exception as exc:   # internal errors are still reported ATC-style
         print(f"[ERROR] E19999: Inner Error! {type(exc).__name__}: {exc}")
         if os.environ.get("ATC_PY_TRACEBACK"):

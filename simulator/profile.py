@@ -17,6 +17,7 @@ import numpy as np
 
 from codegen.registry import kernel_of
 from om_format import attrs as om_attrs
+from ge.files import Outputs
 from simulator.runner import Model
 
 NA = "N/A"
@@ -92,9 +93,9 @@ def _om_type(node) -> str:
     return kernel.om_type if kernel else node.op_type
 
 
-def write_op_summary(path: str, rows: list) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=OP_SUMMARY_COLUMNS)
+def write_op_summary(path: str, rows: list, out: Outputs) -> None:
+    with out.open(path, "--profile", text=True) as f:
+        writer = csv.DictWriter(f, fieldnames=OP_SUMMARY_COLUMNS, lineterminator="\r\n")
         writer.writeheader()
         writer.writerows(rows)
 
@@ -137,12 +138,13 @@ def trace_events(model: Model, timings: list) -> list:
     return events
 
 
-def write_profile(model: Model, timings: list, directory: str, suffix: str = "0") -> dict:
-    """Write op_summary_<suffix>.csv and msprof_<suffix>.json; returns their paths."""
-    os.makedirs(directory, exist_ok=True)
+def write_profile(model: Model, timings: list, directory: str, out: Outputs, suffix: str = "0") -> dict:
+    """Write op_summary_<suffix>.csv and msprof_<suffix>.json as part of the run's outputs
+    `out`; returns their paths."""
+    out.make_folder(directory, "--profile")
     csv_path = os.path.join(directory, f"op_summary_{suffix}.csv")
     json_path = os.path.join(directory, f"msprof_{suffix}.json")
-    write_op_summary(csv_path, op_summary_rows(model, timings))
-    with open(json_path, "w", encoding="utf-8") as f:
+    write_op_summary(csv_path, op_summary_rows(model, timings), out)
+    with out.open(json_path, "--profile", text=True) as f:
         json.dump(trace_events(model, timings), f)
     return {"op_summary": csv_path, "timeline": json_path}

@@ -22,11 +22,14 @@ import numpy as np
 from codegen.om_import import LoadedOm, load_om_graph
 from ge.errors import AtcError
 from ge.ir import Graph, Value
+from ge.files import Outputs, open_input
 from simulator.cost_model import Chip, KernelCost, load_chip, super_kernel_durations
 from simulator.executor import run_graph
 from simulator.pricing import node_costs
 
 OUTFMTS = ("NPY", "BIN", "TXT")
+MAX_LOOP = 100_000     # forwards per run: the simulated time is the same in each, so more only
+                       # re-measures the host; beyond this a typo (--loop=1000000000) would run for days
 RANDOM_INT_HIGH = 10   # random int inputs are drawn in [0, min(10, embedding rows)): valid ids
 
 
@@ -86,6 +89,8 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict:
     name contains "mask": ones (a random mask is rarely meaningful, and big negative
     additive masks overflow fp16).  Other ints: uniform in [0, min(10, rows of the
     embedding table they index)).  Bools: random."""
+    if not 0 <= seed < 1 << 63:
+        raise AtcError("E10013", f"Value [{seed}] for --seed is out of range [0, 2^63).", "Pass --seed=0 or more.")
     rng = np.random.default_rng(seed)
     feeds = {}
     for value in graph.inputs:
@@ -93,34 +98,45 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict:
         if "mask" in value.name.lower():
             feeds[value.name] = np.ones(shape, dtype)
         elif dtype == np.bool_:
-            feeds[value.name] = rng.integers(0, 2, size=shape).astype(bool)
+            feeds[value.name] = rng.integers(0, 2, size=shape, dtype=np.uint8).view(np.bool_)
         elif np.issubdtype(dtype, np.integer):
-            feeds[value.name] = rng.integers(0, _int_high(value), size=shape).astype(dtype)
+            feeds[value.name] = rng.integers(0, _int_high(value), size=shape, dtype=dtype)
+        elif dtype in (np.float32, np.float64):   # drawn in their own dtype: no float64 copy first
+            feeds[value.name] = rng.standard_normal(shape, dtype=dtype)
         else:
-            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+            feeds[value.name] = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
     return feeds
 
 
+_NPY_HEADER_ROOM = 1 << 20   # bytes an .npy may hold beyond its data (its header)
+
+
 def _read_file(path: str, value: Value) -> np.ndarray:
-    if not os.path.isfile(path):
-        raise _input_error(path, "the file does not exist.", "Give existing .npy files, comma-separated.")
+    """One input file, opened only if it is a regular file of a plausible size (a FIFO,
+    /dev/zero or a huge file is refused before reading)."""
+    elements = math.prod(int(d) for d in value.desc.shape)
+    dtype = np.dtype(value.desc.dtype)
     if path.lower().endswith(".bin"):
         # ais_bench's raw format: the model input's dtype and shape, no header.
-        dtype = np.dtype(value.desc.dtype)
-        data = np.fromfile(path, dtype=np.uint8)
-        expected = int(np.prod(value.desc.shape, dtype=np.int64)) * dtype.itemsize
-        if data.size != expected:
-            raise _input_error(path, f"it has {data.size} bytes; input [{value.name}] ({dtype}, "
-                               f"{list(value.desc.shape)}) needs {expected}.", "Write the raw tensor bytes.")
-        return data.view(dtype).reshape(value.desc.shape)
-    _check_npy_header(path, value)
-    try:
-        array = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise _input_error(path, f"it is not a plain numeric .npy ({exc}); pickled object arrays are refused.",
-                           "Save the input with np.save(path, array) from a numeric array.")
-    except Exception as exc:
-        raise _input_error(path, f"it cannot be read as .npy: {exc}", "Save the input with np.save.")
+        expected = elements * dtype.itemsize
+        with open_input(path, "--input", max_bytes=expected) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != expected:
+                raise _input_error(path, f"it has {size} bytes; input [{value.name}] ({dtype}, "
+                                   f"{list(value.desc.shape)}) needs {expected}.", "Write the raw tensor bytes.")
+            return np.fromfile(f, dtype=dtype, count=elements).reshape(value.desc.shape)
+    # Any numeric dtype may come in (a wrong one is refused below with its name): at most
+    # 16 bytes an element, plus the header.
+    with open_input(path, "--input", max_bytes=elements * 16 + _NPY_HEADER_ROOM) as f:
+        _check_npy_header(f, path, value)
+        f.seek(0)
+        try:
+            array = np.load(f, allow_pickle=False)
+        except ValueError as exc:
+            raise _input_error(path, f"it is not a plain numeric .npy ({exc}); pickled object arrays are refused.",
+                               "Save the input with np.save(path, array) from a numeric array.")
+        except Exception as exc:
+            raise _input_error(path, f"it cannot be read as .npy: {exc}", "Save the input with np.save.")
     if not isinstance(array, np.ndarray):
         raise _input_error(path, "it is an .npz archive, not one .npy array.", "Give one .npy file per input.")
     if array.dtype.hasobject or array.dtype.fields is not None:
@@ -130,15 +146,14 @@ def _read_file(path: str, value: Value) -> np.ndarray:
     return array
 
 
-def _check_npy_header(path: str, value: Value) -> None:
+def _check_npy_header(f, path: str, value: Value) -> None:
     """Read only the .npy header and check its shape against the model input and the file
     size before numpy allocates what the header claims (never trust a size from a file)."""
     try:
-        with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read = np.lib.format.read_array_header_2_0 if version >= (2, 0) else np.lib.format.read_array_header_1_0
-            shape, _, dtype = read(f)
-            data_bytes = os.fstat(f.fileno()).st_size - f.tell()
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_2_0 if version >= (2, 0) else np.lib.format.read_array_header_1_0
+        shape, _, dtype = read(f)
+        data_bytes = os.fstat(f.fileno()).st_size - f.tell()
     except Exception:   # not an .npy at all, or an npz: np.load below says what it is
         return
     if tuple(shape) != tuple(value.desc.shape):
@@ -267,9 +282,9 @@ def _as_recorded(model: Model, step, *args):
 def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
         batchsize: Optional[int] = None) -> RunResult:
     """`warmup_count` untimed forwards, then `loop` timed ones."""
-    if loop < 1 or warmup_count < 0:
-        raise AtcError("E10001", f"--loop must be >= 1 and --warmup_count >= 0 (got {loop}, {warmup_count}).",
-                       "Pass --loop=1 or more.")
+    if not 1 <= loop <= MAX_LOOP or not 0 <= warmup_count <= MAX_LOOP:
+        raise AtcError("E10013", f"--loop must be in [1, {MAX_LOOP}] and --warmup_count in [0, {MAX_LOOP}] "
+                       f"(got {loop}, {warmup_count}).", "Pass --loop=1 or more.")
     for _ in range(warmup_count):
         _as_recorded(model, run_graph, model.graph, feeds, model.dtype_of)
     host, outputs = [], {}
@@ -280,34 +295,33 @@ def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
     timings = _as_recorded(model, simulate_tasks, model)
     npu_ms = sum(t.duration_us for t in timings) / 1e3
     bs = batchsize if batchsize else default_batchsize(model.graph)
-    npu = stats_ms([npu_ms] * loop)
+    npu = {**stats_ms([npu_ms]), "count": loop}   # the same simulated time in every loop
     throughput = 1000.0 * bs / npu["mean"] if npu["mean"] > 0 else 0.0
     return RunResult(outputs, npu, stats_ms(host), throughput, bs, timings)
 
 
 # --------------------------------------------------------------------------- outputs
 
-def write_outputs(outputs: dict, directory: str, outfmt: str = "NPY") -> dict:
-    """Write each output as <name>.npy / .bin (raw) / .txt; returns {name: path}."""
-    os.makedirs(directory, exist_ok=True)
-    paths = {}
+def write_outputs(outputs: dict, directory: str, outfmt: str, out: Outputs) -> dict:
+    """Write each output as <name>.npy / .bin (raw) / .txt into `directory`, as part of the
+    run's outputs `out`; returns {name: path}.  Names that map to the same file name get a
+    numbered suffix."""
+    out.make_folder(directory, "--output")
+    paths, taken = {}, set()
     for name, array in outputs.items():
-        base = os.path.join(directory, safe_name(name))
-        if outfmt == "NPY":
-            path = base + ".npy"
-            np.save(path, array, allow_pickle=False)
-        elif outfmt == "BIN":
-            path = base + ".bin"
-            np.ascontiguousarray(array).tofile(path)
-        else:
-            path = base + ".txt"
-            flat = array.reshape(-1, array.shape[-1]) if array.ndim >= 1 else array.reshape(1, 1)
-            np.savetxt(path, flat, fmt="%d" if array.dtype.kind in "iub" else "%.8g")
+        stem, n = safe_name(name), 1
+        while stem in taken:
+            n += 1
+            stem = f"{safe_name(name)}_{n}"
+        taken.add(stem)
+        path = os.path.join(directory, stem + "." + outfmt.lower())
+        with out.open(path, "--output") as f:
+            if outfmt == "NPY":
+                np.save(f, array, allow_pickle=False)
+            elif outfmt == "BIN":
+                np.ascontiguousarray(array).tofile(f)
+            else:
+                flat = array.reshape(-1, array.shape[-1]) if array.ndim >= 1 else array.reshape(1, 1)
+                np.savetxt(f, flat, fmt="%d" if array.dtype.kind in "iub" else "%.8g")
         paths[name] = path
     return paths
-
-
-def write_json(path: str, content) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(content, f, indent=2)
-        f.write("\n")

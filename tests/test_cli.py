@@ -375,8 +375,8 @@ def test_unwritable_output_is_a_clear_error_and_leaves_nothing(capsys, tmp_path,
     blocker = tmp_path / "file_not_dir"
     blocker.write_text("x")
     rc, text = run_atc(capsys, *compile_args(seed_model, blocker / "sub" / "y"))
-    assert_failed(rc, text, "E10001")
-    assert "Cannot write" in text
+    assert_failed(rc, text, "E13004")
+    assert "Failed to write" in text
 
 
 def test_failing_debug_dump_removes_the_om(capsys, tmp_path, seed_model, monkeypatch):
@@ -386,7 +386,7 @@ def test_failing_debug_dump_removes_the_om(capsys, tmp_path, seed_model, monkeyp
     monkeypatch.setenv("AUTOFUSE_DFX_FLAGS", f"--debug_dir={blocker}")
     out = tmp_path / "y"
     rc, text = run_atc(capsys, *compile_args(_grouped_conv_path(tmp_path), out))
-    assert_failed(rc, text, "E10001", f"{out}.om")
+    assert_failed(rc, text, "E13004", f"{out}.om", tmp_path / "fusion_result.json")
 
 
 def _grouped_conv_path(tmp_path):
@@ -434,5 +434,5 @@ def test_folders_made_for_a_failed_build_are_removed(capsys, tmp_path, seed_mode
     monkeypatch.setenv("AUTOFUSE_DFX_FLAGS", f"--debug_dir={blocker}")
     out = tmp_path / "new" / "deeper" / "y"
     rc, text = run_atc(capsys, *compile_args(_grouped_conv_path(tmp_path), out))
-    assert_failed(rc, text, "E10001")
+    assert_failed(rc, text, "E13004")
     assert not (tmp_path / "new").exists()

@@ -41,15 +41,15 @@ def test_mode1_json_that_is_a_folder_or_unwritable(seed, tmp_path, capsys):
     om = tmp_path / "m"
     assert cli.main(_compile(seed, om)) == 0
     _fails(capsys, "E10022", "--mode=1", f"--om={om}.om", f"--json={tmp_path}")
-    _fails(capsys, "E10001", "--mode=1", f"--om={om}.om", "--json=/proc/no_such.json")
+    _fails(capsys, "E13004", "--mode=1", f"--om={om}.om", "--json=/proc/no_such.json")
 
 
-@pytest.mark.parametrize("report,code", [("", "E10004"), (".", "E10022"), ("/proc/no_such.json", "E10001")])
+@pytest.mark.parametrize("report,code", [("", "E10004"), (".", "E10022"), ("/proc/no_such.json", "E13004")])
 def test_mode3_check_report_paths(seed, capsys, report, code):
     _fails(capsys, code, f"--model={seed}", "--framework=5", "--mode=3", f"--check_report={report}")
 
 
 def test_unwritable_fusion_result_leaves_no_om(seed, tmp_path, capsys):
-    (tmp_path / "fusion_result.json").mkdir()   # os.replace onto a folder fails
-    _fails(capsys, "E10001", *_compile(seed, tmp_path / "o"))
+    (tmp_path / "fusion_result.json").mkdir()   # never replaced: it is not a regular file
+    _fails(capsys, "E10022", *_compile(seed, tmp_path / "o"))
     assert not os.path.exists(tmp_path / "o.om")

@@ -336,15 +336,16 @@ def test_corrupt_and_missing_om(built, capsys, tmp_path):
     truncated.write_bytes(data[: len(data) // 2])
     flipped = tmp_path / "flipped.om"
     flipped.write_bytes(data[:200] + bytes(b ^ 0xFF for b in data[200:400]) + data[400:])
-    for path in (truncated, flipped, tmp_path / "missing.om", tmp_path):
+    for path in (truncated, flipped, tmp_path / "missing.om"):
         _expect_error(capsys, "E10003", "--model", path)
+    _expect_error(capsys, "E13026", "--model", tmp_path)   # a folder is not a model file
 
 
 def test_bad_flags(built, capsys, tmp_path):
     _, om = built[("seed_testmodel", "force_fp32")]
     assert "one device, 0" in _expect_error(capsys, "E10001", "--model", om, "--device", "1")
     _expect_error(capsys, "E10001", "--model", om, "--outfmt", "CSV")
-    _expect_error(capsys, "E10001", "--model", om, "--loop", "0")
+    _expect_error(capsys, "E10013", "--model", om, "--loop", "0")
     _expect_error(capsys, "E10001", "--model", om, "--no_such_flag", "1")
     _expect_error(capsys, "E10001", "--model", om, "--soc_version", "Ascend999")
     _expect_error(capsys, "E10001", "--input", "x.npy")                       # no --model

@@ -1,0 +1,88 @@
+"""Run atc or atc-sim the way a user does -- a fresh process -- under a 2 GB address-space
+limit and a time limit, and classify what came out.
+
+Why a process: a hostile input may try to exhaust memory or block; under `resource.setrlimit`
+that shows up as a MemoryError (which must still be a coded error), and a hang as a timeout,
+without taking the test run down with it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ADDRESS_SPACE = 2 << 30        # bytes: the Done-when limit of issue 8
+TIME_LIMIT = 30.0              # seconds
+CODE = re.compile(r"\b(E\d{5})\b")
+
+
+@dataclass
+class Outcome:
+    rc: int
+    text: str
+    seconds: float
+    timed_out: bool = False
+
+    @property
+    def codes(self) -> list:
+        return CODE.findall(self.text)
+
+    @property
+    def verdict(self) -> str:
+        """ok | coded | compare (atc-sim exit 2) | hang | traceback | E19999 | crash | uncoded."""
+        if self.timed_out:
+            return "hang"
+        if "Traceback (most recent call last)" in self.text:
+            return "traceback"
+        if "E19999" in self.text:
+            return "E19999"
+        if self.rc < 0 or self.rc > 2:
+            return "crash"          # killed by a signal (rc < 0), or an exit code we never use
+        if self.rc == 0:
+            return "ok"
+        if self.rc == 2:
+            return "compare"
+        return "coded" if self.codes else "uncoded"
+
+    @property
+    def bad(self) -> bool:
+        return self.verdict not in ("ok", "coded", "compare")
+
+
+def _limit(address_space: int):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    return apply
+
+
+def run_tool(tool: str, args: list, cwd: str, *, timeout: float = TIME_LIMIT, address_space: int = ADDRESS_SPACE,
+             env: dict = None) -> Outcome:
+    """`tool` is "atc" or "atc-sim"; stdout and stderr together."""
+    module = {"atc": os.path.join(ROOT, "cli.py"), "atc-sim": "-m simulator"}[tool]
+    command = [sys.executable, *module.split()] if tool == "atc-sim" else [sys.executable, module]
+    full_env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **(env or {})}
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([*command, *map(str, args)], cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                              preexec_fn=_limit(address_space) if address_space else None)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode("utf-8", "replace") if exc.stdout else ""
+        return Outcome(-9, out, time.monotonic() - start, timed_out=True)
+    return Outcome(proc.returncode, proc.stdout.decode("utf-8", "replace"), time.monotonic() - start)
+
+
+def leftovers(folder: str) -> list:
+    """Temp files an interrupted write may leave: ours (.atc-tmp-) and the old ones (.om-*.tmp, *.tmpNNN)."""
+    found = []
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            if ".atc-tmp-" in name or (name.startswith(".om-") and name.endswith(".tmp")) \
+                    or re.search(r"\.tmp\d+$", name):
+                found.append(os.path.join(dirpath, name))
+    return found
