@@ -16,14 +16,16 @@ from fusion_passes.switches import FusionSwitches, load_switches
 from ge.errors import AtcError
 from ge.ir import Graph
 from ge.onnx_import import import_model, load_model, parse_input_shape
-from ge.passes import dead_code, run_generic
+from ge.passes import run_generic
+from ge.passes.contract import run_passes
+from ge.passes.dead_code import remove_dead_nodes
 
 
 @dataclass
 class CompileResult:
     graph: Graph                 # after fusion
     unfused: Graph               # after the generic passes, before fusion
-    fusion_stats: list           # pipeline.PassStats per pass
+    fusion_results: list         # a FusionResult per fusion pass, in pipeline order
     switches: FusionSwitches
     partitions: Optional[OmPartitions] = None
     generic_changes: dict = field(default_factory=dict)
@@ -56,7 +58,7 @@ def apply_out_nodes(graph: Graph, spec: str) -> None:
                            "is named twice.", "Name each node output once.")
         outputs.append(node.outputs[int(index)])
     graph.outputs = outputs
-    dead_code.run(graph)
+    remove_dead_nodes(graph)
 
 
 def switches_from_env(options: AtcOptions) -> FusionSwitches:
@@ -79,8 +81,8 @@ def compile_model(options: AtcOptions, build: bool = True) -> CompileResult:
     switches = switches_from_env(options)
     graph, changes, onnx_nodes = prepare_graph(options)
     unfused = graph.clone()
-    stats = pipeline.run_fusion(graph, switches)
-    result = CompileResult(graph, unfused, stats, switches, generic_changes=changes, onnx_node_count=onnx_nodes)
+    results = run_passes(graph, pipeline.fusion_passes(switches))
+    result = CompileResult(graph, unfused, results, switches, generic_changes=changes, onnx_node_count=onnx_nodes)
     if build:
         name = os.path.basename(options.output) or graph.name
         result.partitions = build_partitions(graph, name, options.soc_version, options.precision_mode,

@@ -58,22 +58,22 @@ def build_report(result, soc_version: str, precision_mode: str, super_kernel_sco
     stream = price_tasks(result.graph, chip, dtype_of,
                          {name: i for i, group in enumerate(groups) for name in group})
     patterns = []
-    for stats in result.fusion_stats:
-        if stats.match_times == 0 and not stats.effect_times:
+    for outcome in result.fusion_results:
+        if outcome.match_times == 0 and not outcome.effect_times:
             continue
-        fused = [n for n in result.graph.nodes if n.provenance.get("pass") == stats.pass_name]
+        fused = [n for n in result.graph.nodes if n.provenance.get("pass") == outcome.pass_name]
         covered = {name for n in fused for name in n.origin}
         t_unfused = sum(before[name].total_us for name in covered if name in before)
         t_fused = sum(after[n.name].total_us for n in fused)
         patterns.append({
-            "pattern": stats.pattern_name, "pass": stats.pass_name,
-            "matched": stats.match_times, "effect": stats.effect_times,
-            "fused_into": sorted({n.op_type for n in fused}) or sorted(stats.fused_types),
-            "disabled_by": stats.disabled_by,
+            "pattern": outcome.pattern_name, "pass": outcome.pass_name,
+            "matched": outcome.match_times, "effect": outcome.effect_times,
+            "fused_into": sorted({n.op_type for n in fused}) or sorted(outcome.fused_types),
+            "disabled_by": outcome.disabled_by,
             "speedup": (t_unfused / t_fused) if t_fused > 0 else 1.0,
-            "misses": len(stats.misses),
+            "misses": len(outcome.misses),
         })
-    misses = [m for stats in result.fusion_stats for m in stats.misses]
+    misses = [m for outcome in result.fusion_results for m in outcome.misses]
     return FusionReport(patterns, len(result.unfused.nodes), len(result.graph.nodes),
                         _kernels(result.unfused), _kernels(result.graph),
                         sum(c.total_us for c in before.values()), stream.total_us,
@@ -111,15 +111,15 @@ def report_lines(report: FusionReport) -> list:
 def fusion_result_json(result) -> dict:
     """ATC's fusion_result.json: counts as strings, graph_fusion vs ub_fusion."""
     graph_fusion, ub_fusion = {}, {}
-    for stats in result.fusion_stats:
-        if stats.match_times == 0:
+    for outcome in result.fusion_results:
+        if outcome.match_times == 0:
             continue
-        entry = {"effect_times": str(stats.effect_times), "match_times": str(stats.match_times)}
-        if stats.pass_name in UB_FUSION_PASSES:
+        entry = {"effect_times": str(outcome.effect_times), "match_times": str(outcome.match_times)}
+        if outcome.pass_name in UB_FUSION_PASSES:
             entry["repository_hit_times"] = "0"
-            ub_fusion[stats.pass_name] = entry
+            ub_fusion[outcome.pass_name] = entry
         else:
-            graph_fusion[stats.pass_name] = entry
+            graph_fusion[outcome.pass_name] = entry
     session = {}
     if graph_fusion:
         session["graph_fusion"] = graph_fusion
@@ -142,28 +142,6 @@ def _unique(stem: str, taken: set) -> str:
     return candidate
 
 
-class _SubgraphView:
-    """The unfused nodes one fused kernel covers, shaped like a Graph for build_partitions."""
-
-    def __init__(self, graph: Graph, names: set, title: str):
-        self.name = title
-        self.nodes = [n for n in graph.nodes if n.name in names]
-        member = {id(n) for n in self.nodes}
-        self.inputs, self.outputs, seen = [], [], set()
-        for node in self.nodes:
-            for v in node.inputs:
-                if v is not None and not v.is_const and (v.producer is None or id(v.producer) not in member) \
-                        and id(v) not in seen:
-                    seen.add(id(v))
-                    self.inputs.append(v)
-            for v in node.outputs:
-                if v.is_graph_output or any(id(u) not in member for u, _ in v.uses):
-                    self.outputs.append(v)
-
-    def topological_sort(self):
-        pass
-
-
 def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version: str, precision_mode: str,
                       out: Outputs) -> list:
     """Failure dumps (one JSON per miss) and, with codegen_compile_debug, per fused kernel the
@@ -173,8 +151,8 @@ def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version:
     out.make_folder(directory, param)
     written, stems = [], set()
     index = 0
-    for stats in result.fusion_stats:
-        for miss in stats.misses:
+    for outcome in result.fusion_results:
+        for miss in outcome.misses:
             path = os.path.join(directory, f"fusion_failure_{index:04d}_{_safe(miss.pass_name)}.json")
             written.append(out.write_json(path, miss.to_json(), param))
             index += 1
@@ -182,7 +160,8 @@ def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version:
         for node in result.graph.nodes:
             if not node.provenance.get("pass"):
                 continue
-            view = _SubgraphView(result.unfused, set(node.origin), node.name)
+            covered = set(node.origin)
+            view = result.unfused.subgraph([n for n in result.unfused.nodes if n.name in covered], node.name)
             parts = build_partitions(view, node.name, soc_version, precision_mode,
                                      extra_attrs={"fused_kernel": node.op_type,
                                                   "fusion_pass": node.provenance["pass"]})

@@ -4,7 +4,7 @@ their end, and the elementwise tail of a Conv/MatMul kernel -- into AutofusedKer
 Why: real models are full of mask arithmetic, SiLU and squeeze-excite chains and residual
 adds that no named pattern covers; each costs a kernel launch and a global-memory round trip.
 The grouping rules live in autofuse_grouping.py; this module reads AUTOFUSE_FLAGS, turns
-each group into one kernel node and keeps the PassStats.
+each group into one kernel node.
 
 AUTOFUSE_FLAGS (read when the pass runs; "--k=v" items separated by ";"):
   --enable_autofuse=true|false      default true; false leaves the graph unfused
@@ -32,8 +32,8 @@ from typing import Optional, Union
 from codegen.fused.autofused import OP_TYPE, encode_subgraph
 from fusion_passes import autofuse_grouping as grouping
 from fusion_passes import reasons
-from fusion_passes.base import FusionPass, Miss, PassStats, creates_cycle, fuse
-from fusion_passes.switches import parse_env_flags
+from fusion_passes.base import MISS_NODES_CAP, FusionPass, FusionResult, Match, Miss, fuse
+from fusion_passes.switches import FusionSwitches, parse_env_flags
 from ge.errors import AtcError
 from ge.ir import Graph, Node, Value
 from ge.ops.registry import TensorType
@@ -140,62 +140,63 @@ def kernel_name(members: list, subgraph: str) -> tuple:
     return "autofused_" + "_".join(shown + [digest]), digest
 
 
+@dataclass
+class GroupMatch(Match):
+    """One autofuse group ready to become a kernel: its JSON sub-graph, kernel name and
+    inputs (`outputs` are the member outputs read outside the group)."""
+
+    inputs: list
+    subgraph: str
+    kernel_name: str
+    digest: str
+    anchor: str          # op type of the tail's Conv/MatMul/fused kernel, or ""
+
+
 class AutoFusePass(FusionPass):
-    """Generic fusion, last in the pipeline.  Provides `run` (the pipeline calls it instead
-    of the anchor loop): match_times = candidate groups (>= 2 launching ops), effect_times =
-    groups fused, misses = every refused merge with its NF code."""
+    """Generic fusion, last in the pipeline.  Its candidates are the groups autofuse_grouping
+    finds (not single anchors): match_times = candidate groups (>= 2 launching ops),
+    effect_times = groups fused, misses = every refused merge with its NF code."""
 
     pattern_name = "AutoFuse"
     pass_name = "AutoFusePass"
     fused_ops = (OP_TYPE,)
     anchor_types = ()
 
-    def __init__(self, flags: Union[AutofuseFlags, str, None] = None):
+    def __init__(self, switches: Optional[FusionSwitches] = None,
+                 flags: Union[AutofuseFlags, str, None] = None):
+        super().__init__(switches)
         self.flags = AutofuseFlags.parse(flags) if isinstance(flags, str) else flags
 
     def current_flags(self) -> AutofuseFlags:
         return self.flags if self.flags is not None else AutofuseFlags.from_env()
 
-    def run(self, graph: Graph, switches):
+    def disabled_by(self) -> str:
+        return "" if self.current_flags().enabled else f"{FLAGS_ENV} --enable_autofuse=false"
+
+    def candidates(self, graph: Graph, result: FusionResult):
         flags = self.current_flags()
-        stats = PassStats(self.pattern_name, self.pass_name)
-        if hasattr(switches, "warnings"):
-            switches.warnings.extend(w for w in flags.warnings if w not in switches.warnings)
+        self.switches.warnings.extend(w for w in flags.warnings if w not in self.switches.warnings)
         graph.topological_sort()
         found = grouping.group_nodes(graph, flags.categories, flags.max_fusion_size, self.pass_name)
-        stats.misses.extend(found.misses)
-        why = "" if flags.enabled else f"{FLAGS_ENV} --enable_autofuse=false"
-        why = why or switches.why_disabled(self.pass_name, OP_TYPE)
+        result.misses.extend(found.misses)
         for group in found.groups:
-            if sum(grouping.launches(n) for n in group.members) < 2:
-                continue
-            stats.match_times += 1
-            if why:
-                stats.disabled_by = why
-                continue
-            node = self.rewrite_group(graph, group.members, stats)
-            if node is not None:
-                stats.record_effect(node)
-        graph.topological_sort()
-        graph.verify()
-        return stats
+            if sum(grouping.launches(n) for n in group.members) >= 2:
+                yield self._group_match(group.members)
 
-    def rewrite_group(self, graph: Graph, members: list, stats) -> Optional[Node]:
-        if creates_cycle(members):     # cannot happen (see autofuse_grouping); never fuse if it does
-            stats.misses.append(Miss(reasons.WILL_CREATE_CYCLE, self.pass_name, members[-1].name,
-                                     [(n.name, n.op_type) for n in members][:grouping.MISS_NODES_CAP],
-                                     "a path leaves the group and re-enters it", {}))
-            return None
+    def _group_match(self, members: list):
         inputs, outputs = kernel_io(members)
         try:
             subgraph = subgraph_of(members, inputs, outputs)
         except TypeError as exc:       # an attr the JSON sub-graph cannot carry: leave the group alone
-            stats.misses.append(Miss(reasons.UNKNOWN, self.pass_name, members[-1].name,
-                                     [(n.name, n.op_type) for n in members][:grouping.MISS_NODES_CAP],
-                                     f"the group's attributes cannot be stored in the kernel: {exc}", {}))
-            return None
+            return Miss(reasons.UNKNOWN, self.pass_name, members[-1].name,
+                        [(n.name, n.op_type) for n in members][:MISS_NODES_CAP],
+                        f"the group's attributes cannot be stored in the kernel: {exc}", {})
         name, digest = kernel_name(members, subgraph)
         anchor = next((n.op_type for n in members if grouping.role(n) == grouping.TAIL), "")
-        attrs = {"subgraph": subgraph, "kernel_name": name, "topology_hash": digest,
-                 "member_ops": [n.op_type for n in members], "anchor": anchor}
-        return fuse(graph, members, OP_TYPE, inputs, outputs, attrs, self.pass_name, name=name)
+        return GroupMatch(members, OP_TYPE, outputs, inputs, subgraph, name, digest, anchor)
+
+    def rewrite(self, graph: Graph, match: GroupMatch) -> Node:
+        attrs = {"subgraph": match.subgraph, "kernel_name": match.kernel_name, "topology_hash": match.digest,
+                 "member_ops": [n.op_type for n in match.nodes], "anchor": match.anchor}
+        return fuse(graph, match.nodes, OP_TYPE, match.inputs, match.outputs, attrs, self.pass_name,
+                    name=match.kernel_name)

@@ -20,7 +20,8 @@ of a DAG).  Merging P into G along an edge P->G creates a cycle iff the quotient
 path P ~> G through a third group; `_path_avoiding` searches exactly that before each
 merge (NF1002 when found), so the invariant holds after every merge, and contracting the
 final groups one by one never creates a cycle (a refinement of an acyclic partition of a
-DAG is acyclic).  autofuse.py re-checks with base.creates_cycle on the real graph anyway.
+DAG is acyclic).  FusionPass.run re-checks every group with base.creates_cycle on the real
+graph before its rewrite anyway.
 """
 from __future__ import annotations
 
@@ -31,19 +32,18 @@ import numpy as np
 
 from codegen.registry import kernel_of
 from fusion_passes import reasons
-from fusion_passes.base import Miss, describe
+from fusion_passes.base import MISS_NODES_CAP, Miss, describe
 from ge.ir import Graph, Node
 from ge.ops.registry import OpKind
 
 POINTWISE, REDUCE, VIEW, TAIL = "pointwise", "reduce", "view", "tail"
 CATEGORIES = (POINTWISE, REDUCE, VIEW, TAIL)
 AUTOFUSED_OP = "AutofusedKernel"
-MISS_NODES_CAP = 16        # a Miss lists at most this many op names
 
 
 def role(node: Node) -> Optional[str]:
     """The autofuse role of a node, or None for a boundary (opaque, data-moving, or held
-    unfused by a named pass that a switch turned off: see pipeline.run_pass)."""
+    unfused by a named pass that a switch turned off: see base.FusionPass.run)."""
     if node.provenance.get("held_by"):
         return None
     return raw_role(node)

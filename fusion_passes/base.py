@@ -1,21 +1,32 @@
-"""What every fusion pass is: a pattern, a check that gives a reason, a rewrite.
+"""What every fusion pass is: a pattern, a check that gives a reason, a rewrite -- driven by
+the one pass contract (`ge.passes.contract.GraphPass`).
 
 A pass subclasses `FusionPass` and implements `match(graph, anchor)`, which returns
 - `None` when the anchor does not start the pattern at all (not counted),
 - a `Miss` when the structure matched but a constraint failed (counted in match_times,
   recorded with its reason for the report, `--log=debug` and the failure dumps),
-- a `Match` carrying what `rewrite` needs.
-`rewrite(graph, match)` builds the fused node with `fuse()` and returns it.
+- a `Match` (the pass's own subclass, with typed fields) carrying what `rewrite` needs,
+and `rewrite(graph, match)`, which builds the fused node with `fuse()` and returns it.
+`FusionPass.run(graph)` is the loop every fusion shares: it visits the candidates, records
+misses, applies the switches (a switched-off match is held, not rewritten), refuses a match
+whose rewrite would hide an intermediate or create a cycle, rewrites the rest and returns a
+`FusionResult`.  A pass whose candidates are not anchored on single nodes (autofuse)
+overrides `candidates` instead of `match`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from ge.ir import Graph, Node, Value
 from fusion_passes import reasons
+from fusion_passes.switches import FusionSwitches
+from ge.errors import InternalError
+from ge.ir import Graph, Node, Value
+from ge.passes.contract import CANONICAL, TYPED, GraphPass, PassResult
+
+MISS_NODES_CAP = 16        # a Miss lists at most this many op names
 
 
 @dataclass
@@ -42,28 +53,34 @@ class Miss:
 
 @dataclass
 class Match:
-    """A candidate that passed every check.  `nodes` are replaced by one fused node of type
-    `fused_op`; `data` holds whatever the pass's rewrite needs."""
+    """A candidate that passed every check of its pass.  `nodes` are replaced by one fused
+    node of type `fused_op`, which takes over the `outputs` values (names, types and uses
+    stay).  Each pass subclasses it with the typed fields its rewrite needs."""
 
     nodes: list
     fused_op: str
-    data: dict = field(default_factory=dict)
+    outputs: list
 
 
 @dataclass
-class PassStats:
-    pattern_name: str
-    pass_name: str
+class FusionResult(PassResult):
+    """What a fusion pass did: GE's match_times/effect_times (fusion_result.json), why it was
+    off, every miss with its reason, and the nodes it created.  `changes` counts rewrites."""
+
+    pattern_name: str = ""
     match_times: int = 0
-    effect_times: int = 0
     disabled_by: str = ""
     misses: list = field(default_factory=list)
     fused_nodes: list = field(default_factory=list)    # names of the nodes it created
     fused_types: dict = field(default_factory=dict)    # fused op type -> count
 
+    @property
+    def effect_times(self) -> int:
+        return self.changes
+
     def record_effect(self, node) -> None:
         """Count one rewrite that produced `node`."""
-        self.effect_times += 1
+        self.changes += 1
         self.fused_nodes.append(node.name)
         self.fused_types[node.op_type] = self.fused_types.get(node.op_type, 0) + 1
 
@@ -78,23 +95,83 @@ def describe(values: Iterable[Optional[Value]]) -> dict:
     return out
 
 
-class FusionPass:
-    """Base of the named fusion passes.  Subclasses set the four names and `anchor_types`."""
+class FusionPass(GraphPass):
+    """Base of the fusion passes.  Subclasses set the four names and `anchor_types` and
+    implement `match` and `rewrite`; `switches` say which fused ops the user switched off."""
 
     pattern_name = ""          # the report's "Pattern:" line, e.g. ConvBNReLU
     pass_name = ""             # GE pass name: fusion_result.json and the switch file
     fused_ops: tuple = ()      # fused op types it can produce: GE_FUSION_DISABLE_LIST names
     anchor_types: tuple = ()   # op types where matching starts
+    requires = frozenset({TYPED, CANONICAL})
 
-    def match(self, graph: Graph, anchor: Node):  # -> Optional[Match | Miss]
+    def __init__(self, switches: Optional[FusionSwitches] = None):
+        self.switches = switches if switches is not None else FusionSwitches()
+
+    @property
+    def name(self) -> str:
+        return self.pass_name
+
+    def match(self, graph: Graph, anchor: Node) -> Union[Match, "Miss", None]:
         raise NotImplementedError
 
     def rewrite(self, graph: Graph, match: Match) -> Node:
         raise NotImplementedError
 
+    def candidates(self, graph: Graph, result: FusionResult) -> Iterator[Union[Match, "Miss"]]:
+        """Every candidate in `graph`, each matched on the graph as earlier rewrites left it.
+        A pass may also record misses that are not candidates in `result.misses`."""
+        for anchor in list(graph.nodes):
+            if anchor.graph is not graph or anchor.op_type not in self.anchor_types:
+                continue
+            found = self.match(graph, anchor)
+            if found is not None:
+                yield found
+
+    def disabled_by(self) -> str:
+        """Why the pass itself is off (besides the switches), or ""."""
+        return ""
+
+    def run(self, graph: Graph) -> FusionResult:
+        result = FusionResult(self.pass_name, pattern_name=self.pattern_name)
+        if not self.switches.pass_enabled(self.pass_name):
+            result.disabled_by = "--fusion_switch_file"
+        for found in self.candidates(graph, result):
+            result.match_times += 1
+            if isinstance(found, Miss):
+                result.misses.append(found)
+                continue
+            why = self.disabled_by() or self.switches.why_disabled(self.pass_name, found.fused_op)
+            if why:
+                result.disabled_by = why
+                for node in found.nodes:    # later passes (autofuse) leave a switched-off pattern as it was
+                    node.provenance.setdefault("held_by", f"{self.pass_name} ({why})")
+                continue
+            refusal = self.refusal(found)
+            if refusal is not None:
+                result.misses.append(refusal)
+                continue
+            result.record_effect(self.rewrite(graph, found))
+        return result
+
+    def refusal(self, match: Match) -> Optional["Miss"]:
+        """The checks every rewrite needs, whatever the pattern: no intermediate may be read
+        outside the match, and no path may leave the match and re-enter it."""
+        escaping = escaping_values(match.nodes, match.outputs)
+        if escaping:
+            return self._refuse(reasons.OTHER_CONSUMERS, match, f"intermediate(s) {[v.name for v in escaping]} "
+                                "are used outside the pattern", escaping)
+        if creates_cycle(match.nodes):
+            return self._refuse(reasons.WILL_CREATE_CYCLE, match, "a path leaves the group and re-enters it", [])
+        return None
+
+    def _refuse(self, code: str, match: Match, constraint: str, values) -> "Miss":
+        nodes = [(n.name, n.op_type) for n in match.nodes][:MISS_NODES_CAP]
+        return Miss(code, self.pass_name, match.nodes[-1].name, nodes, constraint, describe(values))
+
     # helpers for subclasses ------------------------------------------------------------
     def miss(self, code: str, anchor: Node, nodes: Sequence[Node], constraint: str,
-             values: Iterable[Optional[Value]] = ()) -> Miss:
+             values: Iterable[Optional[Value]] = ()) -> "Miss":
         return Miss(code, self.pass_name, anchor.name, [(n.name, n.op_type) for n in nodes],
                     constraint, describe(values))
 
@@ -137,7 +214,10 @@ def fuse(graph: Graph, nodes: Sequence[Node], op_type: str, inputs: Sequence[Opt
     """Replace `nodes` by one node of `op_type`.  The fused node takes over the `outputs`
     values themselves (their names, types and uses stay), and is stamped with the pass
     name and the ONNX nodes it covers."""
-    assert not escaping_values(nodes, outputs), "fuse() called with escaping intermediates"
+    escaping = escaping_values(nodes, outputs)
+    if escaping:
+        raise InternalError(f"{pass_name}: fuse() would hide intermediate(s) {[v.name for v in escaping]} "
+                            "that are read outside the pattern", nodes[-1].name)
     origin: list = []
     for node in nodes:
         origin.extend(n for n in node.origin if n not in origin)

@@ -30,14 +30,15 @@ out of a residual-conv kernel: its output used elsewhere (NF2001), its shape dif
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
 
 import numpy as np
 
+from codegen.fused.conv import CONCAT_SLOT, CONV_ATTR_NAMES, RES_PREFIX
 from fusion_passes import reasons
 from fusion_passes.base import (FusionPass, Match, creates_cycle, escaping_values, fuse, operands,
                                 single_consumer)
-from codegen.fused.conv import CONCAT_SLOT, CONV_ATTR_NAMES, RES_PREFIX
 from ge.ir import Graph, Node, Value
 from ge.ops.registry import TensorType, get_op
 
@@ -45,6 +46,45 @@ FUSED_OP = "ConvBNReluFusionOp"
 _SIMPLE_ACTS = ("Relu", "LeakyRelu", "Sigmoid", "HardSwish", "Tanh")
 _CONV_ATTRS = CONV_ATTR_NAMES
 _VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+
+
+class Activation(NamedTuple):
+    nodes: list          # the activation's nodes, in order
+    attrs: dict          # the fused kernel's activation attrs
+    output: Value
+
+
+class Residual(NamedTuple):
+    add: Node
+    other: Value         # the operand added to the conv block
+
+
+class ResidualConv(NamedTuple):
+    conv: Node
+    bn: Optional[Node]
+
+
+class PermutedStore(NamedTuple):
+    nodes: list          # [view op,] Transpose
+    view_shape: list
+    perm: list
+    output: Value
+
+
+class ConcatStore(NamedTuple):
+    node: Node           # the Concat
+    index: int           # where the conv block sits among its operands
+    axis: int
+    others: list         # the other operands, in order
+    output: Value
+
+
+class Problem(NamedTuple):
+    """A GE constraint a candidate breaks: NF code, the constraint in words, the values."""
+
+    code: str
+    constraint: str
+    values: list
 
 
 def silu_at(value: Value) -> Optional[tuple]:
@@ -61,12 +101,13 @@ def silu_at(value: Value) -> Optional[tuple]:
     return sig, mul
 
 
-def activation_at(value: Value) -> Optional[tuple]:
-    """(nodes, attrs, output) of an activation that consumes `value` alone, or None.
+def activation_at(value: Value) -> Optional[Activation]:
+    """The activation that consumes `value` alone, or None.
     Clip qualifies only with constant bounds (canonical form has them as attributes)."""
     silu = silu_at(value)
     if silu:
-        return list(silu), {"activation": "SiLU"}, silu[1].outputs[0]
+        sigmoid, mul = silu
+        return Activation([sigmoid, mul], {"activation": "SiLU"}, mul.outputs[0])
     node = single_consumer(value)
     if node is None:
         return None
@@ -74,19 +115,19 @@ def activation_at(value: Value) -> Optional[tuple]:
         attrs = {"activation": node.op_type}
         if node.op_type == "LeakyRelu":
             attrs["act_alpha"] = float(node.attrs.get("alpha", 0.01))
-        return [node], attrs, node.outputs[0]
+        return Activation([node], attrs, node.outputs[0])
     if node.op_type == "Clip" and len([v for v in node.inputs if v is not None]) == 1:
         attrs = {"activation": "Clip"}
         for key in ("min", "max"):
             if node.attrs.get(key) is not None:
                 attrs[f"clip_{key}"] = float(np.asarray(node.attrs[key]).reshape(()))
-        return [node], attrs, node.outputs[0]
+        return Activation([node], attrs, node.outputs[0])
     return None
 
 
-def residual_at(value: Value) -> Optional[tuple]:
-    """(add, other operand) if `value`'s only consumer is an Add whose other operand is a
-    different value broadcasting to `value`'s shape and dtype; else None."""
+def residual_at(value: Value) -> Optional[Residual]:
+    """The Add and its other operand if `value`'s only consumer is an Add whose other operand
+    is a different value broadcasting to `value`'s shape and dtype; else None."""
     add = single_consumer(value)
     if add is None or add.op_type != "Add":
         return None
@@ -100,7 +141,7 @@ def residual_at(value: Value) -> Optional[tuple]:
         shape = tuple(np.broadcast_shapes(tuple(value.desc.shape), tuple(other.desc.shape)))
     except ValueError:
         return None
-    return (add, other) if shape == tuple(value.desc.shape) else None
+    return Residual(add, other) if shape == tuple(value.desc.shape) else None
 
 
 def _first_followers(value: Value) -> list:
@@ -109,29 +150,30 @@ def _first_followers(value: Value) -> list:
             if n.op_type in ("BatchNormalization", "Add", "Clip", "Mul") + _SIMPLE_ACTS]
 
 
-def _ints(value, n: int, default: int) -> list:
+def _attr_ints(value, n: int, default: int) -> list:
+    """An int-list attribute, or `default` on each of `n` axes when it is absent or empty."""
     if value is None or (hasattr(value, "__len__") and len(value) == 0):
         return [default] * n
     return [int(v) for v in np.atleast_1d(value)]
 
 
-def residual_conv_at(value: Value) -> Optional[tuple]:
-    """(conv, bn | None) when `value` is a Conv's output or a BatchNormalization's reading a
+def residual_conv_at(value: Value) -> Optional[ResidualConv]:
+    """The conv (and bn, or None) when `value` is a Conv's output or a BatchNormalization's reading a
     Conv's output: the structure of a residual convolution (the checks are separate)."""
     node = value.producer
     if node is None:
         return None
     if node.op_type == "Conv":
-        return node, None
+        return ResidualConv(node, None)
     source = node.inputs[0] if node.op_type == "BatchNormalization" and node.inputs else None
     if source is not None and source.producer is not None and source.producer.op_type == "Conv":
-        return source.producer, node
+        return ResidualConv(source.producer, node)
     return None
 
 
-def store_permute_at(value: Value) -> Optional[tuple]:
-    """(nodes, view shape, perm, output) when `value` alone feeds [one view op ->] a
-    Transpose, each intermediate used by nothing else; else None."""
+def store_permute_at(value: Value) -> Optional[PermutedStore]:
+    """The store when `value` alone feeds [one view op ->] a Transpose, each intermediate
+    used by nothing else; else None."""
     node = single_consumer(value)
     nodes: list = []
     view_shape = tuple(value.desc.shape)
@@ -143,12 +185,11 @@ def store_permute_at(value: Value) -> Optional[tuple]:
         return None
     perm = node.attrs.get("perm")
     perm = list(range(len(view_shape)))[::-1] if perm is None or len(perm) == 0 else [int(p) for p in perm]
-    return nodes + [node], [int(d) for d in view_shape], perm, node.outputs[0]
+    return PermutedStore(nodes + [node], [int(d) for d in view_shape], perm, node.outputs[0])
 
 
-def concat_at(value: Value) -> Optional[tuple]:
-    """(concat, index of `value`, axis, other operands, output) when `value` alone feeds a
-    Concat once, with operands of its dtype; else None."""
+def concat_at(value: Value) -> Optional[ConcatStore]:
+    """The store when `value` alone feeds a Concat once, with operands of its dtype; else None."""
     node = single_consumer(value)
     if node is None or node.op_type != "Concat" or any(v is None for v in node.inputs):
         return None
@@ -157,59 +198,59 @@ def concat_at(value: Value) -> Optional[tuple]:
     if len(where) != 1 or any(np.dtype(v.desc.dtype) != np.dtype(value.desc.dtype) for v in others):
         return None
     axis = int(node.attrs.get("axis", 0)) % len(value.desc.shape)
-    return node, where[0], axis, others, node.outputs[0]
+    return ConcatStore(node, where[0], axis, others, node.outputs[0])
 
 
-def conv_problem(conv: Node, bn: Optional[Node], role: str = "Conv") -> Optional[tuple]:
-    """(code, constraint, values) for the first GE constraint `conv` [+ `bn`] breaks, else None."""
+def conv_problem(conv: Node, bn: Optional[Node], role: str = "Conv") -> Optional[Problem]:
+    """The first GE constraint `conv` [+ `bn`] breaks, else None."""
     group = int(conv.attrs.get("group", 1))
     w = conv.inputs[1]
     y = conv.outputs[0]
     nd = len(w.desc.shape) - 2
     if group != 1:
-        return (reasons.UNSUPPORTED_ATTRIBUTE, f"group != 1 is not fused, as GE's ConvBatchnormFusionPass "
+        return Problem(reasons.UNSUPPORTED_ATTRIBUTE, f"group != 1 is not fused, as GE's ConvBatchnormFusionPass "
                 f"documents ({role} {conv.name}: group = {group})", [conv.inputs[0], w, y])
-    dilations = _ints(conv.attrs.get("dilations"), nd, 1)
+    dilations = _attr_ints(conv.attrs.get("dilations"), nd, 1)
     if any(d != 1 for d in dilations):
-        return (reasons.UNSUPPORTED_ATTRIBUTE, f"dilation != 1 is not fused, as GE's ConvBatchnormFusionPass "
+        return Problem(reasons.UNSUPPORTED_ATTRIBUTE, f"dilation != 1 is not fused, as GE's ConvBatchnormFusionPass "
                 f"documents ({role} {conv.name}: dilations = {dilations})", [conv.inputs[0], w, y])
     bias = conv.inputs[2] if len(conv.inputs) > 2 else None
     for name, value in (("weight", w), ("bias", bias)):
         if value is not None and not value.is_const:
-            return (reasons.NON_CONSTANT, f"the {role} {name} {value.name} must be a constant", [value])
+            return Problem(reasons.NON_CONSTANT, f"the {role} {name} {value.name} must be a constant", [value])
     if bn is None:
         return None
     params = bn.inputs[1:5]
     loose = [v for v in params if v is None or not v.is_const]
     if loose:
-        return (reasons.NON_CONSTANT, "BatchNormalization parameters (scale, B, mean, var) must be constants "
+        return Problem(reasons.NON_CONSTANT, "BatchNormalization parameters (scale, B, mean, var) must be constants "
                 f"to fold into the conv weights; {[v.name for v in loose if v]} are not", loose)
     cout = int(w.desc.shape[0])
     if any(v.const.size != cout for v in params):
-        return (reasons.SHAPE_MISMATCH, f"BatchNormalization parameters must have one value per output "
+        return Problem(reasons.SHAPE_MISMATCH, f"BatchNormalization parameters must have one value per output "
                 f"channel ({cout})", params)
     if int(bn.attrs.get("training_mode", 0)):
-        return (reasons.UNSUPPORTED_ATTRIBUTE, "BatchNormalization in training mode cannot be folded", [])
+        return Problem(reasons.UNSUPPORTED_ATTRIBUTE, "BatchNormalization in training mode cannot be folded", [])
     return None
 
 
-def residual_conv_problem(conv: Node, bn: Optional[Node], shape: tuple, dtype) -> Optional[tuple]:
+def residual_conv_problem(conv: Node, bn: Optional[Node], shape: tuple, dtype) -> Optional[Problem]:
     """Why `conv` [+ `bn`] cannot be the residual convolution of a conv block whose
-    pre-Add output has `shape`/`dtype`: (code, constraint, values), or None when it can."""
+    pre-Add output has `shape`/`dtype`, or None when it can."""
     exits = [conv.outputs[0]] + ([bn.outputs[0]] if bn is not None else [])
     if bn is not None and bn.inputs[0] is not conv.outputs[0]:
-        return (reasons.UNSUPPORTED_VARIANT, "the BatchNormalization does not read the conv output", exits)
+        return Problem(reasons.UNSUPPORTED_VARIANT, "the BatchNormalization does not read the conv output", exits)
     for value in exits:
         if value.is_graph_output or len(value.uses) != 1:
-            return (reasons.OTHER_CONSUMERS, f"the residual conv's output {value.name} has {len(value.consumers)} "
+            return Problem(reasons.OTHER_CONSUMERS, f"the residual conv's output {value.name} has {len(value.consumers)} "
                     f"consumer(s){' and is a graph output' if value.is_graph_output else ''}; it must feed only the "
                     "residual Add, whose kernel would keep it on chip", [value])
     out = exits[-1]
     if tuple(out.desc.shape) != tuple(shape):
-        return (reasons.SHAPE_MISMATCH, f"the residual conv output {list(out.desc.shape)} differs from the main "
+        return Problem(reasons.SHAPE_MISMATCH, f"the residual conv output {list(out.desc.shape)} differs from the main "
                 f"conv output {list(shape)}: both GEMMs must accumulate into the same output tile", [out])
     if np.dtype(out.desc.dtype) != np.dtype(dtype):
-        return (reasons.DTYPE_MISMATCH, f"the residual conv output is {np.dtype(out.desc.dtype)}, the main conv "
+        return Problem(reasons.DTYPE_MISMATCH, f"the residual conv output is {np.dtype(out.desc.dtype)}, the main conv "
                 f"output {np.dtype(dtype)}", [out])
     return conv_problem(conv, bn, "residual conv")
 
@@ -222,9 +263,8 @@ class ConvBNReluFusionPass(FusionPass):
 
     def match(self, graph: Graph, conv: Node):
         y = conv.outputs[0]
-        bn = add = residual = side = store = None
-        act_nodes: list = []
-        act_attrs: dict = {}
+        bn = add = residual = side = store = concat = None
+        act = None
         cur = y
         # -- structure: greedy walk downstream -------------------------------------------
         first = single_consumer(y)
@@ -233,23 +273,24 @@ class ConvBNReluFusionPass(FusionPass):
         found = residual_at(cur)
         if found:
             pre_add = cur
-            (add, residual), cur = found, found[0].outputs[0]
+            add, residual = found
+            cur = add.outputs[0]
             side = residual_conv_at(residual)
-            if side is not None and (side[0] is conv or residual_conv_problem(
+            if side is not None and (side.conv is conv or residual_conv_problem(
                     *side, tuple(pre_add.desc.shape), pre_add.desc.dtype) is not None):
                 side = None                         # a plain residual input; its own anchor says why
-        found = activation_at(cur)
-        if found:
-            act_nodes, act_attrs, cur = found
-        found = store_permute_at(cur)
-        if found:
-            store, cur = found[:3], found[3]
+        act = activation_at(cur)
+        if act:
+            cur = act.output
+        store = store_permute_at(cur)
+        if store:
+            cur = store.output
         concat = concat_at(cur)
         if concat:
-            cur = concat[4]
+            cur = concat.output
         side_nodes = [n for n in side if n is not None] if side else []
-        nodes = side_nodes + [conv] + [n for n in (bn, add) if n is not None] + act_nodes + (store[0] if store else []) \
-            + ([concat[0]] if concat else [])
+        nodes = side_nodes + [conv] + [n for n in (bn, add) if n is not None] + (act.nodes if act else []) \
+            + (store.nodes if store else []) + ([concat.node] if concat else [])
         if len(nodes) == 1:
             followers = _first_followers(y)
             if followers and (len(y.uses) > 1 or y.is_graph_output):
@@ -261,7 +302,7 @@ class ConvBNReluFusionPass(FusionPass):
         # -- GE's constraints ----------------------------------------------------------------
         problem = conv_problem(conv, bn)
         if problem:
-            return self.miss(problem[0], conv, nodes, problem[1], problem[2])
+            return self.miss(problem.code, conv, nodes, problem.constraint, problem.values)
         escaping = escaping_values(nodes, [cur])
         if escaping:
             return self.miss(reasons.OTHER_CONSUMERS, conv, nodes,
@@ -271,9 +312,8 @@ class ConvBNReluFusionPass(FusionPass):
             return self.miss(reasons.WILL_CREATE_CYCLE, conv, nodes,
                              f"the residual input {residual.name if residual else '?'} depends on the "
                              "pattern: fusing would create a cycle", [residual])
-        return Match(nodes, FUSED_OP, {"conv": conv, "bn": bn, "residual": residual, "side": side,
-                                       "act": act_attrs, "store": store, "concat": concat,
-                                       "output": cur})
+        return ConvBlockMatch(nodes, FUSED_OP, [cur], conv=conv, bn=bn, residual=residual, side=side,
+                              activation=act.attrs if act else {}, store=store, concat=concat)
 
     def _left_out_residual_conv(self, conv: Node):
         """A bare Conv whose output is the residual operand of a conv block: a Miss saying
@@ -298,36 +338,48 @@ class ConvBNReluFusionPass(FusionPass):
         problem = residual_conv_problem(conv, None, shape, dtype)
         if problem is None:
             return None
-        return self.miss(problem[0], conv, [conv, user],
-                         f"not fused as the residual convolution of {block.op_type} {block.name}: {problem[1]}",
-                         list(problem[2]) + [y])
+        return self.miss(problem.code, conv, [conv, user],
+                         f"not fused as the residual convolution of {block.op_type} {block.name}: "
+                         f"{problem.constraint}", list(problem.values) + [y])
 
-    def rewrite(self, graph: Graph, match: Match) -> Node:
-        conv, bn, side = match.data["conv"], match.data["bn"], match.data["side"]
+    def rewrite(self, graph: Graph, match: "ConvBlockMatch") -> Node:
+        conv, bn, side = match.conv, match.bn, match.side
         w, bias = conv_params(graph, conv, bn)
         attrs = conv_attrs(conv)
-        attrs.update(match.data["act"])
+        attrs.update(match.activation)
         attrs["has_bn"] = bn is not None
-        attrs["has_residual"] = match.data["residual"] is not None and side is None
-        inputs = [conv.inputs[0], w, bias, None if side else match.data["residual"]]
+        attrs["has_residual"] = match.residual is not None and side is None
+        inputs = [conv.inputs[0], w, bias, None if side else match.residual]
         if side is not None:
-            side_conv, side_bn = side
-            side_w, side_bias = conv_params(graph, side_conv, side_bn)
+            side_w, side_bias = conv_params(graph, side.conv, side.bn)
             inputs[2] = _sum_bias(graph, conv, bias, side_bias)
-            inputs += [side_conv.inputs[0], side_w]
+            inputs += [side.conv.inputs[0], side_w]
             attrs["residual_conv"] = True
-            attrs["res_has_bn"] = side_bn is not None
-            attrs.update({RES_PREFIX + k: v for k, v in conv_attrs(side_conv).items()})
-        if match.data["store"] is not None:
-            _, view_shape, perm = match.data["store"]
-            attrs["output_shape"], attrs["output_perm"] = view_shape, perm
-        if match.data["concat"] is not None:
-            _, index, axis, others, _ = match.data["concat"]
-            inputs += [None] * (CONCAT_SLOT - len(inputs)) + others
-            attrs.update(concat_axis=axis, concat_index=index, concat_parts=len(others))
+            attrs["res_has_bn"] = side.bn is not None
+            attrs.update({RES_PREFIX + k: v for k, v in conv_attrs(side.conv).items()})
+        if match.store is not None:
+            attrs["output_shape"], attrs["output_perm"] = match.store.view_shape, match.store.perm
+        if match.concat is not None:
+            inputs += [None] * (CONCAT_SLOT - len(inputs)) + match.concat.others
+            attrs.update(concat_axis=match.concat.axis, concat_index=match.concat.index,
+                         concat_parts=len(match.concat.others))
         while inputs[-1] is None:
             inputs.pop()
-        return fuse(graph, match.nodes, FUSED_OP, inputs, [match.data["output"]], attrs, self.pass_name)
+        return fuse(graph, match.nodes, FUSED_OP, inputs, match.outputs, attrs, self.pass_name)
+
+
+@dataclass
+class ConvBlockMatch(Match):
+    """A conv block: conv [+ BN] [+ residual Add (of a residual conv)] [+ activation]
+    [+ permuted store] [+ concatenated store]."""
+
+    conv: Node
+    bn: Optional[Node]
+    residual: Optional[Value]          # the Add's other operand
+    side: Optional[ResidualConv]       # set when that operand is a residual convolution
+    activation: dict                   # the kernel's activation attrs ({} for none)
+    store: Optional[PermutedStore]
+    concat: Optional[ConcatStore]
 
 
 def conv_params(graph: Graph, conv: Node, bn: Optional[Node]) -> tuple:

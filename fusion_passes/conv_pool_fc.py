@@ -18,13 +18,14 @@ a conv block that stores its output permuted or concatenated (NF2006).
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
 
 import numpy as np
 
+from codegen.fused.conv import CONV_ATTR_NAMES, RES_PREFIX
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, creates_cycle, escaping_values, fuse, operands, single_consumer
-from codegen.fused.conv import CONV_ATTR_NAMES, RES_PREFIX
 from fusion_passes.conv_bn_relu import conv_attrs
 from ge.ir import Graph, Node, Value
 
@@ -35,9 +36,16 @@ _BLOCK_ATTRS = ("kernel_shape", "pads", "strides", "dilations", "group", "auto_p
     + tuple(RES_PREFIX + k for k in CONV_ATTR_NAMES)
 
 
-def _fc_at(value: Value) -> Optional[tuple]:
-    """(fc nodes, weight, bias, fc attrs, output) of a Gemm or MatMul[+Add] reading `value`
-    as its A operand, else None."""
+class FullyConnected(NamedTuple):
+    nodes: list              # Gemm, or MatMul [+ Add]
+    weight: Value
+    bias: Optional[Value]
+    attrs: dict              # fc_transB, fc_alpha, fc_beta (and fc_transA, checked then dropped)
+    output: Value
+
+
+def _fc_at(value: Value) -> Optional[FullyConnected]:
+    """The Gemm or MatMul[+Add] reading `value` as its A operand, else None."""
     node = single_consumer(value)
     if node is None:
         return None
@@ -45,14 +53,14 @@ def _fc_at(value: Value) -> Optional[tuple]:
         bias = node.inputs[2] if len(node.inputs) > 2 else None
         attrs = {"fc_transB": int(node.attrs.get("transB", 0)), "fc_alpha": float(node.attrs.get("alpha", 1.0)),
                  "fc_beta": float(node.attrs.get("beta", 1.0)), "fc_transA": int(node.attrs.get("transA", 0))}
-        return [node], node.inputs[1], bias, attrs, node.outputs[0]
+        return FullyConnected([node], node.inputs[1], bias, attrs, node.outputs[0])
     if node.op_type == "MatMul" and node.inputs[0] is value:
         nodes, bias, out = [node], None, node.outputs[0]
         add = single_consumer(out)
         pair = operands(add, lambda v: v is out) if add is not None and add.op_type == "Add" else None
         if pair is not None and pair[1].is_const:
             nodes, bias, out = [node, add], pair[1], add.outputs[0]
-        return nodes, node.inputs[1], bias, {"fc_transB": 0, "fc_alpha": 1.0, "fc_beta": 1.0}, out
+        return FullyConnected(nodes, node.inputs[1], bias, {"fc_transB": 0, "fc_alpha": 1.0, "fc_beta": 1.0}, out)
     return None
 
 
@@ -132,21 +140,30 @@ class ConvPoolFCFusionPass(FusionPass):
                              "(the conv output must feed only the pooling)", escaping)
         if creates_cycle(nodes):
             return self.miss(reasons.WILL_CREATE_CYCLE, pool, nodes, "fusing the head would create a cycle", [])
-        return Match(nodes, FUSED_OP, {"conv": conv, "weight": weight, "bias": bias,
-                                       "fc_attrs": fc_attrs, "output": out})
+        return HeadMatch(nodes, FUSED_OP, [out], conv=conv, weight=weight, bias=bias, fc_attrs=fc_attrs)
 
-    def rewrite(self, graph: Graph, match: Match) -> Node:
-        conv = match.data["conv"]
+    def rewrite(self, graph: Graph, match: "HeadMatch") -> Node:
+        conv = match.conv
         if conv.op_type == "Conv":
             attrs = conv_attrs(conv)
             attrs.update(has_bn=False, has_residual=False)
         else:
             attrs = {k: conv.attrs[k] for k in _BLOCK_ATTRS if k in conv.attrs}
-        attrs.update(match.data["fc_attrs"])
+        attrs.update(match.fc_attrs)
         attrs["pool"] = match.nodes[1].op_type
         block_inputs = list(conv.inputs[:4]) + [None] * (4 - len(conv.inputs[:4]))
         # a residual conv's (res_x, res_W) follow the FC operands: codegen.fused.conv.HEAD_RES_SLOT
-        inputs = block_inputs + [match.data["weight"], match.data["bias"]] + list(conv.inputs[4:6])
+        inputs = block_inputs + [match.weight, match.bias] + list(conv.inputs[4:6])
         while inputs[-1] is None:
             inputs.pop()
-        return fuse(graph, match.nodes, FUSED_OP, inputs, [match.data["output"]], attrs, self.pass_name)
+        return fuse(graph, match.nodes, FUSED_OP, inputs, match.outputs, attrs, self.pass_name)
+
+
+@dataclass
+class HeadMatch(Match):
+    """conv block -> global average pool [-> Flatten/Reshape] -> FC."""
+
+    conv: Node               # a Conv or a ConvBNReluFusionOp
+    weight: Value
+    bias: Optional[Value]
+    fc_attrs: dict

@@ -17,7 +17,8 @@ LayerNormalization op (om type LayerNorm), stamped with the nodes it replaced.
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -43,9 +44,14 @@ def _reduce_axes(node: Node, rank: int) -> Optional[list]:
     return sorted(normalize_axis(int(a), rank) for a in axes)
 
 
-def _affine_param(node: Optional[Node], value: Value, x: Value, k: int):
-    """The constant other operand of `node` (Mul or Add applied to `value`) as (its Value, its
-    array in the normalized shape), or None if it is not a per-normalized-element parameter."""
+class AffineParam(NamedTuple):
+    value: Value             # the model's constant
+    array: np.ndarray        # its values in the normalized shape
+
+
+def _affine_param(node: Optional[Node], value: Value, x: Value, k: int) -> Optional[AffineParam]:
+    """The constant other operand of `node` (Mul or Add applied to `value`), or None if it is
+    not a per-normalized-element parameter."""
     if node is None:
         return None
     pair = operands(node, lambda v: v is value)
@@ -63,7 +69,7 @@ def _affine_param(node: Optional[Node], value: Value, x: Value, k: int):
             return None
     except ValueError:
         return None
-    return pair[1], np.ascontiguousarray(np.broadcast_to(trailing, shape[rank - k:]))
+    return AffineParam(pair[1], np.ascontiguousarray(np.broadcast_to(trailing, shape[rank - k:])))
 
 
 class LayerNormFusionPass(FusionPass):
@@ -156,26 +162,36 @@ class LayerNormFusionPass(FusionPass):
         if creates_cycle(nodes):
             return self.miss(reasons.WILL_CREATE_CYCLE, rm1, nodes,
                              "fusing would create a cycle through a node outside the pattern", [out])
-        return Match(nodes, FUSED_OP, {"x": x, "out": out, "gamma": gamma, "beta": beta,
-                                       "axis": rank - k, "epsilon": eps})
+        return LayerNormMatch(nodes, FUSED_OP, [out], x=x, gamma=gamma, beta=beta, axis=rank - k, epsilon=eps)
 
-    def rewrite(self, graph: Graph, match: Match) -> Node:
-        data = match.data
-        x = data["x"]
+    def rewrite(self, graph: Graph, match: "LayerNormMatch") -> Node:
+        x = match.x
         dtype = np.dtype(x.desc.dtype)
-        shape = tuple(x.desc.shape[data["axis"]:])
+        shape = tuple(x.desc.shape[match.axis:])
         base = match.nodes[0].name.rsplit("/", 1)[0] or match.nodes[0].name
-        inputs = [x, self._param(graph, data["gamma"], f"{base}/LayerNorm.gamma", np.ones(shape, dtype))]
-        if data["beta"] is not None:
-            inputs.append(self._param(graph, data["beta"], f"{base}/LayerNorm.beta", None))
-        return fuse(graph, match.nodes, FUSED_OP, inputs, [data["out"]],
-                    {"axis": data["axis"], "epsilon": data["epsilon"]}, self.pass_name,
+        inputs = [x, self._param(graph, match.gamma, f"{base}/LayerNorm.gamma", np.ones(shape, dtype))]
+        if match.beta is not None:
+            inputs.append(self._param(graph, match.beta, f"{base}/LayerNorm.beta", None))
+        return fuse(graph, match.nodes, FUSED_OP, inputs, match.outputs,
+                    {"axis": match.axis, "epsilon": match.epsilon}, self.pass_name,
                     name=f"{base}/LayerNormalization")
 
     @staticmethod
-    def _param(graph: Graph, found, name: str, default) -> Value:
+    def _param(graph: Graph, found: Optional[AffineParam], name: str, default) -> Value:
         """The model's own constant when it already has the normalized shape, else a new one."""
         if found is None:
             return graph.constant(name, default)
-        value, array = found
-        return value if tuple(value.const.shape) == array.shape else graph.constant(name, array)
+        if tuple(found.value.const.shape) == found.array.shape:
+            return found.value
+        return graph.constant(name, found.array)
+
+
+@dataclass
+class LayerNormMatch(Match):
+    """The decomposed LayerNorm core [+ gamma Mul] [+ beta Add] over the trailing axes."""
+
+    x: Value
+    gamma: Optional[AffineParam]
+    beta: Optional[AffineParam]
+    axis: int
+    epsilon: float

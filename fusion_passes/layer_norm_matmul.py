@@ -19,6 +19,8 @@ with a non-constant or non-2-D weight (NF2002).  A LayerNorm left alone stays on
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from codegen.fused.gemm import MATMUL_BIAS_OPS
 from codegen.fused.layer_norm import OP_TYPE
 from fusion_passes import reasons
@@ -67,10 +69,11 @@ class LayerNormMatMulFusionPass(FusionPass):
                              "the GEMM reads the normalized tensor again (bias/residual input), "
                              "fusing would create a cycle", [norm])
         emit = norm.is_graph_output or len(norm.consumers) > 1
-        return Match(nodes, OP_TYPE, {"ln": ln, "gemm": gemm, "norm": norm, "emit": emit})
+        return LayerNormGemmMatch(nodes, OP_TYPE, [gemm.outputs[0]] + ([norm] if emit else []),
+                                  ln=ln, gemm=gemm, emit_normalized=emit)
 
-    def rewrite(self, graph: Graph, match: Match) -> Node:
-        ln, gemm, norm = match.data["ln"], match.data["gemm"], match.data["norm"]
+    def rewrite(self, graph: Graph, match: "LayerNormGemmMatch") -> Node:
+        ln, gemm = match.ln, match.gemm
         ln_in = list(ln.inputs[:3]) + [None] * (3 - len(ln.inputs[:3]))
         gemm_in = list(gemm.inputs[1:4]) + [None] * (3 - len(gemm.inputs[1:4]))
         inputs = ln_in + gemm_in
@@ -78,8 +81,17 @@ class LayerNormMatMulFusionPass(FusionPass):
             inputs.pop()
         activation = gemm.attrs.get("activation", "") if gemm.op_type != "MatMul" else ""
         attrs = {"axis": -1, "epsilon": float(ln.attrs.get("epsilon", 1e-5)),
-                 "activation": activation, "emit_normalized": int(match.data["emit"])}
-        outputs = [gemm.outputs[0]] + ([norm] if match.data["emit"] else [])
+                 "activation": activation, "emit_normalized": int(match.emit_normalized)}
         base = gemm.name.rsplit("/", 1)[0] or gemm.name
-        return fuse(graph, match.nodes, OP_TYPE, inputs, outputs, attrs, self.pass_name,
+        return fuse(graph, match.nodes, OP_TYPE, inputs, match.outputs, attrs, self.pass_name,
                     name=f"{base}/{OP_TYPE}")
+
+
+@dataclass
+class LayerNormGemmMatch(Match):
+    """A LayerNormalization over the last axis and the GEMM that reads it; `outputs` are
+    the GEMM's output and, when something else reads it too, the normalized tensor."""
+
+    ln: Node
+    gemm: Node                # MatMul with a constant 2-D weight, or a MatMulBias*FusionOp
+    emit_normalized: bool

@@ -22,6 +22,7 @@ or whose intermediates have other readers, is simply not absorbed (the GEMM+bias
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -91,7 +92,8 @@ def _erf_gelu(y: Value):
             continue
         product = _half_product(y, add.outputs[0])
         if product:
-            return product[0], [scale, erf, add] + product[1]
+            out, halving = product
+            return out, [scale, erf, add] + halving
     return None
 
 
@@ -119,7 +121,8 @@ def _tanh_gelu(y: Value):
             continue
         product = _half_product(y, add.outputs[0])
         if product:
-            return product[0], nodes + [scaled, inner, mul, tanh, add] + product[1]
+            out, halving = product
+            return out, nodes + [scaled, inner, mul, tanh, add] + halving
     return None
 
 
@@ -258,14 +261,12 @@ class MatMulBiasActFusionPass(FusionPass):
         if creates_cycle(nodes):
             return self.miss(reasons.WILL_CREATE_CYCLE, mm, nodes,
                              "fusing would create a cycle through the residual input", [residual])
-        return Match(nodes, FUSED_OP_BY_ACTIVATION[activation],
-                     {"mm": mm, "x": x, "w": w, "bias_value": bias_value, "bias": bias, "activation": activation,
-                      "residual": residual, "out": out})
+        return GemmMatch(nodes, FUSED_OP_BY_ACTIVATION[activation], [out], mm=mm, x=x, w=w,
+                         bias_value=bias_value, bias=bias, activation=activation, residual=residual)
 
-    def rewrite(self, graph: Graph, match: Match) -> Node:
-        d = match.data
-        mm = d["mm"]
-        w, bias_value, bias = d["w"], d["bias_value"], d["bias"]
+    def rewrite(self, graph: Graph, match: "GemmMatch") -> Node:
+        mm = match.mm
+        w, bias_value, bias = match.w, match.bias_value, match.bias
         if mm.op_type == "Gemm":
             alpha, beta = float(mm.attrs.get("alpha", 1.0)), float(mm.attrs.get("beta", 1.0))
             weight = w.const.T if int(mm.attrs.get("transB", 0)) else w.const
@@ -276,7 +277,20 @@ class MatMulBiasActFusionPass(FusionPass):
                 bias_value = None
         if bias_value is None or tuple(bias_value.const.shape) != bias.shape:
             bias_value = graph.constant(f"{mm.name}/bias", bias)
-        inputs = [d["x"], w, bias_value] + ([d["residual"]] if d["residual"] is not None else [])
-        return fuse(graph, match.nodes, match.fused_op, inputs, [d["out"]],
-                    {"activation": d["activation"]}, self.pass_name,
+        inputs = [match.x, w, bias_value] + ([match.residual] if match.residual is not None else [])
+        return fuse(graph, match.nodes, match.fused_op, inputs, match.outputs,
+                    {"activation": match.activation}, self.pass_name,
                     name=f"{mm.name.rsplit('/', 1)[0] or mm.name}/{match.fused_op}")
+
+
+@dataclass
+class GemmMatch(Match):
+    """MatMul/Gemm (between row views) + bias [+ activation] [+ residual Add]."""
+
+    mm: Node                  # the MatMul or Gemm
+    x: Value                  # the kernel's input (before the row view, if any)
+    w: Value
+    bias_value: Value         # the model's bias constant (Gemm's C or the Add's operand)
+    bias: np.ndarray          # the bias as an (N,) vector
+    activation: str           # "" | Relu | Sigmoid | Tanh | Gelu | FastGelu
+    residual: Optional[Value]

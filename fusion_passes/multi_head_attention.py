@@ -17,14 +17,16 @@ any failed check after that is a Miss with its NF code.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from codegen.fused.attention import OP_TYPE
 from fusion_passes import reasons
-from fusion_passes.attention_patterns import (K_PERM, Q_PERM, Reject, find_qk, walk_heads,
+from fusion_passes.attention_patterns import (K_PERM, Q_PERM, Reject, ScoreChain, find_qk, walk_heads,
                                               walk_projection, walk_scores)
 from fusion_passes.base import FusionPass, Match, creates_cycle, escaping_values, fuse
-from ge.ir import Graph, Node, TensorDesc
+from ge.ir import Graph, Node, TensorDesc, Value
 
 
 class MultiHeadAttentionFusionPass(FusionPass):
@@ -48,7 +50,7 @@ class MultiHeadAttentionFusionPass(FusionPass):
             return self.miss(err.code, anchor, nodes, err.constraint,
                              err.values or [anchor.inputs[0], probs])
 
-    def _match(self, graph: Graph, softmax: Node, pv: Node) -> Match:
+    def _match(self, graph: Graph, softmax: Node, pv: Node) -> "AttentionMatch":
         scores = walk_scores(softmax.inputs[0])
         qk = scores.qk
         rank = len(softmax.inputs[0].desc.shape)
@@ -99,9 +101,8 @@ class MultiHeadAttentionFusionPass(FusionPass):
         if creates_cycle(nodes):
             raise Reject(reasons.WILL_CREATE_CYCLE, "a path leaves the attention block and re-enters it",
                          nodes)
-        return Match(nodes, OP_TYPE, dict(x=x, projections=projections, heads=heads, head_dim=head_dim,
-                                          scale=scores.scale * q.scale * k.scale,
-                                          scores=scores, out=out))
+        return AttentionMatch(nodes, OP_TYPE, [out], x=x, projections=projections, heads=heads,
+                              head_dim=head_dim, scale=scores.scale * q.scale * k.scale, scores=scores)
 
     @staticmethod
     def _merge_heads(pv: Node):
@@ -121,13 +122,12 @@ class MultiHeadAttentionFusionPass(FusionPass):
                          [transpose] + ([reshape] if reshape else []), [transpose.outputs[0]])
         return [transpose, reshape], reshape.outputs[0]
 
-    def rewrite(self, graph: Graph, match: Match) -> Node:
-        data = match.data
-        weight, bias = _packed_qkv(graph, data["projections"], match.nodes[-1].name)
-        scores = data["scores"]
-        attrs = {"num_heads": data["heads"], "head_dim": data["head_dim"],
-                 "scale": float(data["scale"]), "mask_kind": scores.mask_kind}
-        inputs = [data["x"], weight, bias]
+    def rewrite(self, graph: Graph, match: "AttentionMatch") -> Node:
+        weight, bias = _packed_qkv(graph, match.projections, match.nodes[-1].name)
+        scores = match.scores
+        attrs = {"num_heads": match.heads, "head_dim": match.head_dim,
+                 "scale": float(match.scale), "mask_kind": scores.mask_kind}
+        inputs = [match.x, weight, bias]
         if scores.mask_kind == "add":
             inputs.append(scores.mask)
         elif scores.mask_kind == "where_causal":
@@ -136,12 +136,24 @@ class MultiHeadAttentionFusionPass(FusionPass):
             if scores.mask_inverted:   # Where(cond, fill, scores): keep where cond is False
                 mask = graph.constant(f"{mask.name}/inverted", np.logical_not(mask.const))
             inputs.append(mask)
-        out = data["out"]
+        out = match.outputs[0]
         merge = out.producer
-        fused = fuse(graph, match.nodes, OP_TYPE, inputs, [out], attrs, self.pass_name)
+        fused = fuse(graph, match.nodes, OP_TYPE, inputs, match.outputs, attrs, self.pass_name)
         if len(out.desc.shape) == 2:
-            _rows_view(graph, fused, merge.origin, data["x"].desc.shape[:2])
+            _rows_view(graph, fused, merge.origin, match.x.desc.shape[:2])
         return fused
+
+
+@dataclass
+class AttentionMatch(Match):
+    """Self-attention from the hidden states `x` to the merged heads (`outputs[0]`)."""
+
+    x: Value
+    projections: list          # Projection of Q, K, V (attention_patterns.Projection)
+    heads: int
+    head_dim: int
+    scale: float               # applied to Q.K^T: the scores' scale times Q's and K's
+    scores: ScoreChain
 
 
 def _rows_view(graph: Graph, fused: Node, origin: list, batch_seq) -> Node:

@@ -25,6 +25,19 @@ class AtcError(Exception):
         return text
 
 
+class InternalError(AtcError):
+    """A bug in atc_py, not a problem of the user's model: always E19999.  Raised where an
+    invariant the code relies on is broken (instead of `assert`, which `python -O` strips),
+    and where an unexpected exception escapes a stage: `raise InternalError(...) from exc`
+    keeps the cause.  `node` names the node being processed, when there is one."""
+
+    def __init__(self, message: str, node: str = ""):
+        where = f"Node [{node}]: " if node and f"[{node}]" not in message else ""
+        super().__init__("E19999", where + message,
+                         "This is a bug in atc_py, not in your model: please report it with the model.")
+        self.node = node
+
+
 def invalid_param(value, param: str, reason: str, solution: str = "") -> AtcError:
     """E10001, ATC's message for a parameter with an invalid value."""
     return AtcError("E10001", f"Value [{value}] for parameter [{param}] is invalid. Reason: {reason}",

@@ -152,6 +152,7 @@ class Graph:
         self.inputs: list[Value] = []
         self.outputs: list[Value] = []
         self.opset: int = 0
+        self.properties: set[str] = set()   # what passes have established (ge.passes.contract)
         self._names: set[str] = set()
         self._counter = itertools.count()
 
@@ -220,6 +221,35 @@ class Graph:
 
     def clone(self) -> "Graph":
         """An independent copy of the structure; constant arrays are shared (read-only)."""
+        other = self._copy(self.name, self.nodes, self.inputs, self.outputs)
+        other.opset = self.opset
+        other.properties = set(self.properties)
+        other._names = set(self._names)
+        return other
+
+    def subgraph(self, nodes: Iterable[Node], name: str) -> "Graph":
+        """A standalone copy of `nodes` (kept in graph order): its inputs are the non-constant
+        values they read from outside, in first-use order; its outputs the values they produce
+        that are read outside them or are graph outputs.  Constants are shared (read-only)."""
+        chosen = {id(n) for n in nodes}
+        members = [n for n in self.nodes if id(n) in chosen]
+        inputs, outputs, seen = [], [], set()
+        for node in members:
+            for v in node.inputs:
+                if v is not None and not v.is_const and (v.producer is None or id(v.producer) not in chosen) \
+                        and id(v) not in seen:
+                    seen.add(id(v))
+                    inputs.append(v)
+            for v in node.outputs:
+                if v.is_graph_output or any(id(u) not in chosen for u, _ in v.uses):
+                    outputs.append(v)
+        other = self._copy(name, members, inputs, outputs)
+        other.opset = self.opset
+        other.properties = set(self.properties)
+        return other
+
+    @staticmethod
+    def _copy(name: str, nodes: Sequence[Node], inputs: Sequence[Value], outputs: Sequence[Value]) -> "Graph":
         copy_of: dict = {}
 
         def twin(value: Optional[Value]) -> Optional[Value]:
@@ -231,17 +261,15 @@ class Graph:
                 copy_of[id(value)] = new
             return copy_of[id(value)]
 
-        other = Graph(self.name)
-        other.opset = self.opset
-        other._names = set(self._names)
-        other.inputs = [twin(v) for v in self.inputs]
-        for node in self.nodes:
+        other = Graph(name)
+        other.inputs = [twin(v) for v in inputs]
+        for node in nodes:
             attrs = {k: (list(v) if isinstance(v, list) else v) for k, v in node.attrs.items()}
             prov = {k: (list(v) if isinstance(v, list) else v) for k, v in node.provenance.items()}
             new = Node(node.op_type, [twin(v) for v in node.inputs], [twin(v) for v in node.outputs],
                        attrs, name=node.name, provenance=prov)
             other.add_node(new)
-        other.outputs = [twin(v) for v in self.outputs]
+        other.outputs = [twin(v) for v in outputs]
         for value in copy_of.values():
             value.graph = other
         return other

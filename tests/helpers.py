@@ -12,6 +12,7 @@ from fusion_passes import pipeline
 from fusion_passes.switches import FusionSwitches
 from ge.onnx_import import import_model
 from ge.passes import run_generic
+from ge.passes.contract import run_passes
 from simulator.executor import run_graph
 
 
@@ -24,11 +25,12 @@ def lower(model: onnx.ModelProto, input_shapes: Optional[dict] = None):
 
 def fuse(model: onnx.ModelProto, disabled_ops: Iterable[str] = (), passes=None,
          switches: Optional[FusionSwitches] = None, input_shapes: Optional[dict] = None):
-    """ONNX -> IR -> fusion pipeline; returns (graph, {pass_name: PassStats})."""
+    """ONNX -> IR -> fusion passes; returns (graph, {pass_name: FusionResult}).  `passes`: pass
+    classes (or callables switches -> pass) to run instead of the whole fusion pipeline."""
     graph = lower(model, input_shapes)
     switches = switches or FusionSwitches(disabled_ops=set(disabled_ops))
-    stats = pipeline.run_fusion(graph, switches, passes)
-    return graph, {s.pass_name: s for s in stats}
+    chosen = pipeline.fusion_passes(switches) if passes is None else [make(switches) for make in passes]
+    return graph, {r.pass_name: r for r in run_passes(graph, chosen)}
 
 
 def op_types(graph) -> list:

@@ -28,7 +28,7 @@ NAME = re.compile(r"^autofused_[a-z0-9_]+_[0-9a-f]{8}$")
 
 def autofuse(model, flags: str = "", **kw):
     """Run autofuse alone (flags given explicitly, the environment is not read)."""
-    graph, stats = fuse(model, passes=[AutoFusePass(flags)], **kw)
+    graph, stats = fuse(model, passes=[lambda switches: AutoFusePass(switches, flags)], **kw)
     return graph, stats["AutoFusePass"]
 
 
@@ -389,8 +389,7 @@ def test_unstorable_attr_leaves_the_group_unfused():
     model = zoo.build("seed_addge", small=True)
     graph = lower(model)
     graph.nodes[0].attrs["opaque_handle"] = object()        # not JSON-able: cannot travel in the .om
-    from fusion_passes.switches import FusionSwitches
-    stats = AutoFusePass("").run(graph, FusionSwitches())
+    stats = AutoFusePass(flags="").run(graph)
     assert op_types(graph) == ["Add", "GreaterOrEqual"]
     assert stats.match_times == 1 and stats.effect_times == 0 and codes(stats) == ["NF9999"]
 

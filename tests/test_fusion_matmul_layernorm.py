@@ -19,9 +19,9 @@ from fusion_passes.layer_norm_matmul import LayerNormMatMulFusionPass
 from fusion_passes.matmul_bias_act import MatMulBiasActFusionPass
 from helpers import assert_matches_ort, fuse, lower, op_types, random_feeds
 
-LN = [LayerNormFusionPass()]
-MBA = [MatMulBiasActFusionPass()]
-MINE = [LayerNormFusionPass(), MatMulBiasActFusionPass(), LayerNormMatMulFusionPass()]
+LN = [LayerNormFusionPass]
+MBA = [MatMulBiasActFusionPass]
+MINE = [LayerNormFusionPass, MatMulBiasActFusionPass, LayerNormMatMulFusionPass]
 RNG = np.random.default_rng(7)
 
 

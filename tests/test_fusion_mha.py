@@ -132,7 +132,7 @@ def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axi
 
 
 def run_pass(model, **kw):
-    graph, stats = fuse(model, passes=[MultiHeadAttentionFusionPass()], **kw)
+    graph, stats = fuse(model, passes=[MultiHeadAttentionFusionPass], **kw)
     return graph, stats[PASS]
 
 
@@ -305,7 +305,7 @@ def test_disable_list_keeps_unfused_ops():
 
 
 def test_registered_in_pipeline():
-    assert PASS in [p.pass_name for p in pipeline.all_passes()]
+    assert PASS in [p.pass_name for p in pipeline.fusion_passes()]
 
 
 # -- kernel contract ------------------------------------------------------------------------

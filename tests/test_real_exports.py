@@ -140,7 +140,7 @@ def test_mha_masks_are_the_computed_padding_mask_or_none(exports, name, exporter
     GPT-2) is the kernel's additive mask input; ViT: no mask (dynamo's all-zero Add is dropped).
     MHA pass alone, so the mask's producer is still the exporter's Where (autofuse takes it later)."""
     from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
-    graph, _ = _fused(exports, name, exporter, [MultiHeadAttentionFusionPass()])
+    graph, _ = _fused(exports, name, exporter, [MultiHeadAttentionFusionPass])
     for node in (n for n in graph.nodes if n.op_type == MHA):
         if name == "vit":
             assert node.attrs["mask_kind"] == "none" and len(node.inputs) == 3
@@ -154,7 +154,7 @@ def test_mha_masks_are_the_computed_padding_mask_or_none(exports, name, exporter
 def test_mha_kernels_alone_match_onnxruntime(exports, name, exporter, precision):
     """Only the MHA pass: every other op stays as exported, so a wrong attention kernel shows."""
     from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
-    graph, _ = _fused(exports, name, exporter, [MultiHeadAttentionFusionPass()])
+    graph, _ = _fused(exports, name, exporter, [MultiHeadAttentionFusionPass])
     assert graph.op_type_counts().get(MHA) == SMALL_LAYERS
     with np.errstate(over="ignore"):
         assert_matches_ort(exports.model(name, exporter), graph, exporters.example_feeds(name), precision=precision)

@@ -1,22 +1,22 @@
-"""Generic graph passes.  Each pass is `run(graph) -> int`: how many things it changed.
-
-`GENERIC_PASSES` is the order the driver runs them in after import.
+"""Generic graph passes, run after import on every model.  Each is a `GraphPass`
+(ge/passes/contract.py); `GENERIC_PASSES` is the order they run in.
 """
-from ge.passes import dead_code, eliminate_identity, infer_and_fold
+from ge.passes.contract import run_passes
+from ge.passes.dead_code import DeadCodeElimination
+from ge.passes.eliminate_identity import EliminateIdentity
+from ge.passes.infer_and_fold import InferShapesAndFoldConstants
 
-GENERIC_PASSES = [
-    ("EliminateIdentity", eliminate_identity.run),
-    ("InferShapesAndFoldConstants", infer_and_fold.run),
-    ("EliminateIdentity", eliminate_identity.run),   # folding can expose Cast-to-same-type
-    ("DeadCodeElimination", dead_code.run),
-]
+GENERIC_PASSES = (
+    EliminateIdentity(),
+    InferShapesAndFoldConstants(),
+    EliminateIdentity(),          # folding can expose Cast-to-same-type
+    DeadCodeElimination(),
+)
 
 
 def run_generic(graph) -> dict:
     """Run the generic passes in order; returns {pass name: changes} (summed by name)."""
     changes: dict = {}
-    for name, run in GENERIC_PASSES:
-        changes[name] = changes.get(name, 0) + run(graph)
-    graph.topological_sort()
-    graph.verify()
+    for result in run_passes(graph, GENERIC_PASSES):
+        changes[result.pass_name] = changes.get(result.pass_name, 0) + result.changes
     return changes

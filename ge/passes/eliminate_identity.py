@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ge.ir import Graph, Node
+from ge.passes.contract import GraphPass, PassResult
 
 
 def _passthrough(node: Node) -> bool:
@@ -19,7 +20,8 @@ def _passthrough(node: Node) -> bool:
     return False
 
 
-def run(graph: Graph) -> int:
+def eliminate_identities(graph: Graph) -> int:
+    """Bypass and remove every pass-through node; returns how many were removed."""
     removed = 0
     for node in list(graph.nodes):
         if not node.inputs or node.inputs[0] is None or not _passthrough(node):
@@ -36,3 +38,10 @@ def run(graph: Graph) -> int:
         graph.remove_node(node)
         removed += 1
     return removed
+
+
+class EliminateIdentity(GraphPass):
+    name = "EliminateIdentity"
+
+    def run(self, graph: Graph) -> PassResult:
+        return PassResult(self.name, eliminate_identities(graph))

@@ -15,6 +15,7 @@ from ge.errors import AtcError, at_node
 from ge.ir import Graph, Node, TensorDesc
 from ge.limits import MAX_TENSOR_BYTES, too_large
 from ge.ops.registry import OpDef, TensorType, get_op
+from ge.passes.contract import CANONICAL, TYPED, GraphPass, PassResult
 
 _SHAPE_ONLY_OPS = {"Shape", "Size"}
 # Folding these would only copy large constants into the weights; keep them as kernels.
@@ -82,7 +83,8 @@ def _evaluate(node: Node, op: OpDef) -> list:
     return op.compute([v.const if v is not None else None for v in node.inputs], node.attrs)
 
 
-def run(graph: Graph) -> int:
+def infer_and_fold(graph: Graph) -> int:
+    """Canonicalize, fold and type every node in order; returns how many nodes were folded."""
     folded = 0
     for node in list(graph.nodes):
         op = op_def_for(node)
@@ -119,6 +121,14 @@ def run(graph: Graph) -> int:
             fmt = value.desc.format if value.desc.format != "ND" else _format_of(node, len(ttype.shape))
             value.desc = TensorDesc(np.dtype(ttype.dtype), tuple(int(d) for d in ttype.shape), fmt)
     return folded
+
+
+class InferShapesAndFoldConstants(GraphPass):
+    name = "InferShapesAndFoldConstants"
+    ensures = frozenset({TYPED, CANONICAL})
+
+    def run(self, graph: Graph) -> PassResult:
+        return PassResult(self.name, infer_and_fold(graph))
 
 
 def _check_shape(node: Node, value, ttype: TensorType) -> None:

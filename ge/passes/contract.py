@@ -1,0 +1,72 @@
+"""The one pass contract, and the loop that runs an ordered list of passes.
+
+Every pass -- generic cleanup, canonicalization, named fusion, autofuse -- is a `GraphPass`:
+a `name`, the graph properties it `requires` and the ones it `ensures`, and
+`run(graph) -> PassResult` that says what it changed.  `run_passes` runs a list in order:
+it checks each pass's requirements against what the graph is known to satisfy
+(`Graph.properties`), and after each pass restores topological order and checks the IR's
+invariants (`Graph.verify`), so a pass never has to and a broken pass is caught where it
+broke.  A missing requirement or a broken invariant is an InternalError (E19999): it is a
+bug in the pass order or in a pass, never the user's model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from ge.errors import AtcError, InternalError
+from ge.ir import Graph
+
+# Graph properties passes may require and ensure.
+TYPED = "typed"            # every value has a dtype and a static shape
+CANONICAL = "canonical"    # constant config inputs are attributes (see ge/ops/registry.py)
+
+
+@dataclass
+class PassResult:
+    """What one run of a pass changed: `changes` counts the nodes it removed, folded or
+    replaced (fusion passes say more: fusion_passes.base.FusionResult)."""
+
+    pass_name: str
+    changes: int = 0
+
+
+class GraphPass:
+    """Base of every pass.  Subclasses set `name`, `requires`, `ensures` and implement `run`."""
+
+    name = ""
+    requires: frozenset = frozenset()
+    ensures: frozenset = frozenset()
+
+    def run(self, graph: Graph) -> PassResult:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def check_order(passes: Sequence[GraphPass], given: Iterable[str] = ()) -> None:
+    """Raise InternalError if some pass requires a property that neither `given` nor an
+    earlier pass of the list ensures (a mistake in the list, found before any graph runs)."""
+    have = set(given)
+    for fpass in passes:
+        missing = set(fpass.requires) - have
+        if missing:
+            raise InternalError(f"pass {fpass.name} requires {sorted(missing)}, which no earlier pass ensures")
+        have |= set(fpass.ensures)
+
+
+def run_passes(graph: Graph, passes: Sequence[GraphPass]) -> list:
+    """Run `passes` in order on `graph`; returns their PassResults."""
+    check_order(passes, graph.properties)
+    results = []
+    for fpass in passes:
+        result = fpass.run(graph)
+        graph.properties.update(fpass.ensures)
+        try:
+            graph.topological_sort()
+        except AtcError as exc:   # the graph was acyclic before the pass: the pass made the cycle
+            raise InternalError(f"pass {fpass.name} left a cycle in the graph: {exc.message}") from exc
+        graph.verify(require_types=TYPED in graph.properties)
+        results.append(result)
+    return results
