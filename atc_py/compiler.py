@@ -15,10 +15,12 @@ from fusion_passes import pipeline
 from fusion_passes.switches import FusionSwitches, load_switches
 from ge.errors import AtcError
 from ge.ir import Graph
+from ge.limits import Budget, use_budget
 from ge.onnx_import import import_model, load_model, parse_input_shape
 from ge.passes import run_generic
 from ge.passes.contract import run_passes
 from ge.passes.dead_code import remove_dead_nodes
+from simulator.cost_model import load_chip
 
 
 @dataclass
@@ -77,7 +79,21 @@ def prepare_graph(options: AtcOptions):
     return graph, changes, len(model.graph.node)
 
 
+def budget_for(soc_version: str) -> Budget:
+    """The run's resource budget: what the host lets this process allocate, and no tensor
+    larger than the chip's memory (simulator/chips/<soc>.json memory_size)."""
+    budget = Budget.of_host()
+    if soc_version:
+        budget = budget.with_device(int(load_chip(soc_version).memory_size), soc_version)
+    return budget
+
+
 def compile_model(options: AtcOptions, build: bool = True) -> CompileResult:
+    with use_budget(budget_for(options.soc_version)):
+        return _compile(options, build)
+
+
+def _compile(options: AtcOptions, build: bool) -> CompileResult:
     switches = switches_from_env(options)
     graph, changes, onnx_nodes = prepare_graph(options)
     unfused = graph.clone()

@@ -122,8 +122,12 @@ def _check_types(node: Node, op: OpDef) -> None:
     if not node.outputs:
         raise _bad(f"Op [{node.name}] ({node.op_type}) has no output_desc.")
     types = [None if v is None else TensorType(np.dtype(v.desc.dtype), tuple(v.desc.shape)) for v in node.inputs]
+    values_known = all(v is None or v.is_const for v in node.inputs)
     try:
-        inferred = op.infer(types, node.attrs)
+        if op.infer_values is not None and values_known:   # a value-dependent op kept as a kernel
+            inferred = op.infer_values([None if v is None else v.const for v in node.inputs], node.attrs)
+        else:
+            inferred = op.infer(types, node.attrs)
     except Exception as exc:   # AtcError or whatever a rule raises on attributes it never expected
         message = exc.message if isinstance(exc, AtcError) else f"{type(exc).__name__}: {exc}"
         raise _bad(f"Op [{node.name}] ({node.op_type}) does not accept its recorded inputs and "

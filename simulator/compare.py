@@ -6,13 +6,13 @@ so it is the plain ONNX semantics.  Tolerances and their reasoning: simulator/CO
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from typing import Optional
 
 import numpy as np
 
 from ge.errors import AtcError
+from ge.files import check_input
 from ge.ir import Graph, Value
 
 # Allowed max |sim - ref| / max(1, max |ref|), by the lowest precision a kernel on the
@@ -33,8 +33,7 @@ def run_onnxruntime(onnx_path: str, feeds: dict) -> dict:
     """Outputs of `onnx_path` in onnxruntime (ORT_DISABLE_ALL, 1 thread), by output name."""
     import onnxruntime as ort
 
-    if not os.path.isfile(onnx_path):
-        raise _compare_error(onnx_path, "the file does not exist.")
+    check_input(onnx_path, "--compare")   # a regular file: a FIFO would block onnxruntime
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1

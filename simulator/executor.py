@@ -13,6 +13,7 @@ import numpy as np
 from codegen.registry import kernel_of
 from ge.errors import AtcError, at_node
 from ge.ir import Graph, Node
+from ge.limits import tensor_bytes
 from ge.ops.common import FLOAT_TYPES
 
 
@@ -41,6 +42,33 @@ def check_feeds(graph: Graph, feeds: dict) -> None:
         if np.dtype(array.dtype) != np.dtype(value.desc.dtype):
             raise AtcError("E10001", f"Input [{value.name}] has dtype {array.dtype}, the model expects "
                            f"{np.dtype(value.desc.dtype)}.", "Give inputs of the compiled dtype.")
+
+
+def live_bytes(graph: Graph) -> tuple:
+    """(peak bytes of tensors alive at once, largest tensor) when `run_graph` runs the graph:
+    inputs, then each kernel's outputs until their last reader is done.  Constants are not
+    counted (they are in memory already)."""
+    remaining: dict = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v is not None and not v.is_const:
+                remaining[id(v)] = remaining.get(id(v), 0) + 1
+    keep = {id(v) for v in graph.outputs}
+    size = {}
+    for v in list(graph.inputs) + [o for n in graph.nodes for o in n.outputs]:
+        size[id(v)] = tensor_bytes(v.desc.shape, v.desc.dtype)
+    live = sum(size[id(v)] for v in graph.inputs)
+    peak, largest = live, max(size.values(), default=0)
+    for node in graph.nodes:
+        made = sum(size[id(o)] for o in node.outputs)
+        peak = max(peak, live + made)
+        live += sum(size[id(o)] for o in node.outputs if remaining.get(id(o), 0) or id(o) in keep)
+        for v in node.inputs:
+            if v is not None and not v.is_const:
+                remaining[id(v)] -= 1
+                if remaining[id(v)] == 0 and id(v) not in keep:
+                    live -= size[id(v)]
+    return peak, largest
 
 
 def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.dtype]] = None,
@@ -78,7 +106,8 @@ def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.
             if tuple(result.shape) != tuple(value.desc.shape):
                 raise AtcError("E19999", f"Kernel [{node.name}] ({node.op_type}) produced shape {list(result.shape)} "
                                f"for [{value.name}], expected {list(value.desc.shape)}.", "Report this model.")
-            env[id(value)] = result
+            if remaining_uses.get(id(value), 0) or id(value) in keep:   # an unread output is dropped
+                env[id(value)] = result
         for v in node.inputs:   # free what no later kernel reads
             if v is not None and not v.is_const:
                 remaining_uses[id(v)] -= 1

@@ -22,9 +22,10 @@ import numpy as np
 from codegen.om_import import LoadedOm, load_om_graph
 from ge.errors import AtcError
 from ge.ir import Graph, Value
+from ge.limits import KERNEL_TEMPORARIES, Budget, current_budget, tensor_bytes
 from ge.files import Outputs, open_input
 from simulator.cost_model import Chip, KernelCost, load_chip, super_kernel_durations
-from simulator.executor import run_graph
+from simulator.executor import live_bytes, run_graph
 from simulator.pricing import node_costs
 
 OUTFMTS = ("NPY", "BIN", "TXT")
@@ -68,7 +69,27 @@ def load_model(path: str, soc_version: str = "") -> Model:
     if not soc:
         raise AtcError("E10001", f"The model [{path}] records no soc_version.",
                        "Pass --soc_version, e.g. --soc_version=Ascend910.")
-    return Model(path, loaded, load_chip(soc))
+    model = Model(path, loaded, load_chip(soc))
+    check_budget(model, current_budget())
+    return model
+
+
+def check_budget(model: Model, budget: Budget) -> None:
+    """Before anything is allocated: every tensor fits the chip's memory, and the run -- its
+    peak of live tensors plus a kernel's temporaries -- fits what the host lets this process
+    use (E13023).  The sizes come from the file: an .om that records absurd dims is refused
+    here, not by a MemoryError halfway through."""
+    budget = budget.with_device(int(model.chip.memory_size), model.chip.soc_version)
+    graph = model.graph
+    for value in list(graph.inputs) + [v for node in graph.nodes for v in node.outputs]:
+        owner = f" of kernel [{value.producer.name}]" if value.producer is not None else ""
+        budget.check_tensor(tensor_bytes(value.desc.shape, value.desc.dtype),
+                            f"Tensor [{value.name}]{owner}, shape {list(value.desc.shape)}",
+                            "The .om records a tensor no chip could hold: regenerate it with atc.")
+    peak, largest = live_bytes(graph)
+    budget.check_host(peak + KERNEL_TEMPORARIES * largest, f"Running model [{model.path}] (a peak of {peak} bytes "
+                      f"of live tensors, plus {KERNEL_TEMPORARIES}x the largest, {largest} bytes, for a kernel's "
+                      "temporaries)")
 
 
 # --------------------------------------------------------------------------- inputs

@@ -19,6 +19,10 @@ Contracts:
   accumulates in float32 (as the cube unit does) and returns float16.  No Python loops over
   elements: use numpy/BLAS.
 - ``infer(inputs, attrs) -> list[TensorType]``: output dtypes and static shapes.
+- ``infer_values(inputs, attrs) -> list[TensorType]``: only for ops whose output shape
+  depends on input *values* (ConstantOfShape, Range, NonZero): the output types from
+  constant inputs, computed without building the output, so folding can decide from the
+  size before it allocates (a 119-byte ConstantOfShape may ask for gigabytes).
 """
 from __future__ import annotations
 
@@ -64,6 +68,7 @@ class OpDef:
     compute: Compute
     infer: Infer
     config_inputs: tuple = ()         # ((input index, attr name), ...) moved to attrs when constant
+    infer_values: Optional[Callable[[Sequence[Optional[np.ndarray]], dict], list]] = None
     kind_of: Optional[Callable[[dict], OpKind]] = None   # kind of one node, for kernels whose kind
                                                          # depends on what they hold (autofused groups)
 

@@ -376,27 +376,61 @@ def _value_dependent(op):
     return infer
 
 
-def constant_of_shape_compute(inputs, attrs):
+def _fill_value(attrs) -> np.ndarray:
     value = attrs.get("value")
-    value = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    return np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+
+
+def constant_of_shape_infer_values(inputs, attrs):
     shape = _int_list(inputs[0])
     if any(d < 0 for d in shape):
         raise _err("ConstantOfShape", f"negative dimension in {shape}")
-    return [np.full(shape, value[0], dtype=value.dtype)]
+    value = _fill_value(attrs)
+    if value.size != 1:
+        raise _err("ConstantOfShape", f"attribute value must hold one element, not {value.size}")
+    return _tt(value.dtype, shape)
 
 
-_reg("ConstantOfShape", OpKind.OPAQUE, constant_of_shape_compute, _value_dependent("ConstantOfShape"))
+def constant_of_shape_compute(inputs, attrs):
+    (out,) = constant_of_shape_infer_values(inputs, attrs)
+    return [np.full(out.shape, _fill_value(attrs)[0], dtype=out.dtype)]
+
+
+_reg("ConstantOfShape", OpKind.OPAQUE, constant_of_shape_compute, _value_dependent("ConstantOfShape"),
+     infer_values=constant_of_shape_infer_values)
+
+
+def _range_count(start, limit, delta) -> int:
+    """ONNX's max(ceil((limit - start) / delta), 0), exact for integers (a float division
+    of int64 bounds would round)."""
+    if delta == 0:
+        raise _err("Range", "delta is 0")
+    if all(np.issubdtype(np.asarray(x).dtype, np.integer) for x in (start, limit, delta)):
+        start, limit, delta = int(start), int(limit), int(delta)
+        return max(-((start - limit) // delta), 0)
+    count = (float(limit) - float(start)) / float(delta)
+    if not np.isfinite(count):
+        raise _err("Range", f"start {start}, limit {limit}, delta {delta} give no finite element count")
+    return max(math.ceil(count), 0)
+
+
+def range_infer_values(inputs, attrs):
+    start, limit, delta = (np.asarray(x).reshape(()) for x in inputs[:3])
+    return _tt(start.dtype, (_range_count(start, limit, delta),))
 
 
 def range_compute(inputs, attrs):
     start, limit, delta = (np.asarray(x).reshape(()) for x in inputs[:3])
-    if delta == 0:
-        raise _err("Range", "delta is 0")
-    n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    n = _range_count(start, limit, delta)
     return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]
 
 
-_reg("Range", OpKind.OPAQUE, range_compute, _value_dependent("Range"))
+_reg("Range", OpKind.OPAQUE, range_compute, _value_dependent("Range"), infer_values=range_infer_values)
+
+
+def nonzero_infer_values(inputs, attrs):
+    x = np.asarray(inputs[0])
+    return _tt(np.int64, (max(x.ndim, 1), int(np.count_nonzero(x))))
 
 
 def nonzero_compute(inputs, attrs):
@@ -404,7 +438,7 @@ def nonzero_compute(inputs, attrs):
     return [np.array(np.nonzero(np.atleast_1d(x)), dtype=np.int64).reshape(max(x.ndim, 1), -1)]
 
 
-_reg("NonZero", OpKind.OPAQUE, nonzero_compute, _value_dependent("NonZero"))
+_reg("NonZero", OpKind.OPAQUE, nonzero_compute, _value_dependent("NonZero"), infer_values=nonzero_infer_values)
 
 
 # -- DepthToSpace, SpaceToDepth, Trilu, CumSum -------------------------------------------------

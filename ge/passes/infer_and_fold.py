@@ -1,11 +1,17 @@
 """Shape/dtype inference and constant folding in one topological walk.
 
 For each node, in order: (1) move constant config inputs into attributes (canonical form,
-see ge/ops/registry.py); (2) if every data input is constant -- or the node only reads
-static shape information (Shape, Size) -- evaluate it with the op's numpy compute and
-turn its outputs into constants; (3) otherwise infer its output types with the op's
-shape rule.  Folding Shape/Gather/Concat/Unsqueeze chains this way resolves the Reshape
-targets that exporters compute at run time.
+see ge/ops/registry.py); (2) infer its output types with the op's shape rule (from the
+constant values for ops whose shape depends on them); (3) if every data input is constant
+-- or the node only reads static shape information (Shape, Size) -- and the outputs are
+small, evaluate it with the op's numpy compute and turn its outputs into constants.
+Folding Shape/Gather/Concat/Unsqueeze chains this way resolves the Reshape targets that
+exporters compute at run time.
+
+The size decides before anything is computed: a fold larger than `_MAX_FOLDED_BYTES` stays
+a kernel, and every tensor must fit the chip's memory (the run's `ge.limits` budget,
+E13023 naming the node) -- a 119-byte ConstantOfShape [30000, 30000] or a Range 0..2^40
+never allocates on the host.
 """
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ import numpy as np
 
 from ge.errors import AtcError, at_node
 from ge.ir import Graph, Node, TensorDesc
-from ge.limits import MAX_TENSOR_BYTES, too_large
+from ge.limits import MAX_TENSOR_BYTES, Budget, current_budget, tensor_bytes, too_large
 from ge.ops.registry import OpDef, TensorType, get_op
 from ge.passes.contract import CANONICAL, TYPED, GraphPass, PassResult
 
@@ -83,13 +89,38 @@ def _evaluate(node: Node, op: OpDef) -> list:
     return op.compute([v.const if v is not None else None for v in node.inputs], node.attrs)
 
 
+def _output_types(node: Node, op: OpDef, foldable: bool) -> list:
+    """The node's output types, without computing its outputs."""
+    try:
+        if foldable and op.infer_values is not None:
+            return op.infer_values([v.const if v is not None else None for v in node.inputs], node.attrs)
+        return op.infer(input_types(node), node.attrs)
+    except AtcError as err:
+        raise at_node(err, node.name, node.op_type)
+    except Exception as exc:
+        raise AtcError("E16004", f"Shape inference of node [{node.name}] ({node.op_type}) failed: {exc}.",
+                       "Check the shapes of the node's inputs and its attributes.")
+
+
 def infer_and_fold(graph: Graph) -> int:
-    """Canonicalize, fold and type every node in order; returns how many nodes were folded."""
+    """Canonicalize, type and (when small) fold every node in order; returns how many nodes
+    were folded."""
+    budget = current_budget()
+    for value in graph.inputs:
+        budget.check_tensor(tensor_bytes(value.desc.shape, value.desc.dtype),
+                            f"Model input [{value.name}] of shape {list(value.desc.shape)}")
     folded = 0
     for node in list(graph.nodes):
         op = op_def_for(node)
         canonicalize(node, op)
-        if _foldable(node, op):
+        foldable = _foldable(node, op)
+        types = _output_types(node, op, foldable)
+        if len(types) < len(node.outputs):
+            raise AtcError("E16004", f"Node [{node.name}] ({node.op_type}) declares {len(node.outputs)} "
+                           f"outputs but produces {len(types)}.", "Check the model.")
+        for value, ttype in zip(node.outputs, types):
+            _check_shape(node, value, ttype, budget)
+        if foldable and sum(tensor_bytes(t.shape, t.dtype) for t in types) <= _MAX_FOLDED_BYTES:
             try:
                 results = _evaluate(node, op)
             except AtcError as err:
@@ -97,27 +128,15 @@ def infer_and_fold(graph: Graph) -> int:
             except Exception as exc:
                 raise AtcError("E16004", f"Constant folding of node [{node.name}] ({node.op_type}) failed: {exc}.",
                                "Check the node's constant inputs and attributes.")
-            if sum(np.asarray(r).nbytes for r in results) <= _MAX_FOLDED_BYTES:
-                for value, result in zip(node.outputs, results):
-                    value.producer = None
-                    value.set_const(np.require(result, requirements="C"))  # keeps 0-d arrays 0-d
-                node.outputs = []
-                node.detach()
-                graph.nodes.remove(node)
-                folded += 1
-                continue
-        try:
-            types = op.infer(input_types(node), node.attrs)
-        except AtcError as err:
-            raise at_node(err, node.name, node.op_type)
-        except Exception as exc:
-            raise AtcError("E16004", f"Shape inference of node [{node.name}] ({node.op_type}) failed: {exc}.",
-                           "Check the shapes of the node's inputs and its attributes.")
-        if len(types) < len(node.outputs):
-            raise AtcError("E16004", f"Node [{node.name}] ({node.op_type}) declares {len(node.outputs)} "
-                           f"outputs but produces {len(types)}.", "Check the model.")
+            for value, result in zip(node.outputs, results):
+                value.producer = None
+                value.set_const(np.require(result, requirements="C"))  # keeps 0-d arrays 0-d
+            node.outputs = []
+            node.detach()
+            graph.nodes.remove(node)
+            folded += 1
+            continue
         for value, ttype in zip(node.outputs, types):
-            _check_shape(node, value, ttype)
             fmt = value.desc.format if value.desc.format != "ND" else _format_of(node, len(ttype.shape))
             value.desc = TensorDesc(np.dtype(ttype.dtype), tuple(int(d) for d in ttype.shape), fmt)
     return folded
@@ -131,14 +150,17 @@ class InferShapesAndFoldConstants(GraphPass):
         return PassResult(self.name, infer_and_fold(graph))
 
 
-def _check_shape(node: Node, value, ttype: TensorType) -> None:
+def _check_shape(node: Node, value, ttype: TensorType, budget: Budget) -> None:
     """A shape rule fed odd attributes (negative pads, huge repeats) may give a negative dim or
-    a tensor no int64 can size; that is the model's problem, not an internal error."""
+    a tensor no int64 can size; that is the model's problem, not an internal error.  A
+    tensor larger than the chip's memory can never run on it (E13023)."""
     shape = [int(d) for d in ttype.shape]
     if any(d < 0 for d in shape) or too_large(shape, ttype.dtype):
         raise AtcError("E16004", f"Node [{node.name}] ({node.op_type}) gives output [{value.name}] the shape "
                        f"{shape} (a negative dim, or more than {MAX_TENSOR_BYTES} bytes).",
                        "Check the node's attributes and input shapes.")
+    budget.check_tensor(tensor_bytes(shape, ttype.dtype), f"Output [{value.name}] of node [{node.name}] "
+                        f"({node.op_type}), shape {shape} {np.dtype(ttype.dtype)},")
 
 
 def _format_of(node: Node, rank: int) -> str:

@@ -12,6 +12,7 @@ import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ class Outcome:
     text: str
     seconds: float
     timed_out: bool = False
+    max_rss_mb: float = 0.0     # the process's peak resident memory
 
     @property
     def codes(self) -> list:
@@ -67,14 +69,25 @@ def run_tool(tool: str, args: list, cwd: str, *, timeout: float = TIME_LIMIT, ad
     command = [sys.executable, *module.split()] if tool == "atc-sim" else [sys.executable, module]
     full_env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **(env or {})}
     start = time.monotonic()
-    try:
-        proc = subprocess.run([*command, *map(str, args)], cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
-                              preexec_fn=_limit(address_space) if address_space else None)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode("utf-8", "replace") if exc.stdout else ""
-        return Outcome(-9, out, time.monotonic() - start, timed_out=True)
-    return Outcome(proc.returncode, proc.stdout.decode("utf-8", "replace"), time.monotonic() - start)
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen([*command, *map(str, args)], cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=_limit(address_space) if address_space else None)
+        timed_out = False
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - start > timeout:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                timed_out = True
+                break
+            time.sleep(0.01)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    return Outcome(proc.returncode, text, time.monotonic() - start, timed_out, usage.ru_maxrss / 1024)
 
 
 def leftovers(folder: str) -> list:
