@@ -9,7 +9,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
+
 from atc_py.options import AtcOptions
+from atc_py.precision import PrecisionPlan, plan_precision
 from codegen.om_builder import OmPartitions, build_partitions
 from fusion_passes import pipeline
 from fusion_passes.switches import FusionSwitches, load_switches
@@ -32,6 +35,13 @@ class CompileResult:
     partitions: Optional[OmPartitions] = None
     generic_changes: dict = field(default_factory=dict)
     onnx_node_count: int = 0
+    plan: Optional[PrecisionPlan] = None           # per-kernel dtype / impl mode of `graph`
+    unfused_plan: Optional[PrecisionPlan] = None   # the same flags applied to `unfused`
+    io: dict = field(default_factory=dict)         # what the dtype and AIPP flags did to the I/O
+    warnings: list = field(default_factory=list)   # AtcWarnings of the build
+
+    def dtype_of(self, node) -> np.dtype:
+        return self.plan.dtype_of(node)
 
 
 def apply_out_nodes(graph: Graph, spec: str) -> None:
@@ -69,14 +79,49 @@ def switches_from_env(options: AtcOptions) -> FusionSwitches:
                          passes, ops)
 
 
+def apply_io_flags(graph: Graph, options: AtcOptions) -> dict:
+    """--insert_op_conf, --input_fp16_nodes and --output_type on the imported graph (before the
+    generic passes, so the inserted ops are folded, fused and priced like any other)."""
+    from atc_py import dtype_flags
+    io: dict = {}
+    aipp_inputs: frozenset = frozenset()
+    if options.parsed.get("aipp"):
+        from atc_py.aipp_insert import insert_aipp_ops
+        io["aipp"] = insert_aipp_ops(graph, options.parsed["aipp"], options.input_format)
+        aipp_inputs = frozenset(io["aipp"])
+    if options.input_fp16_nodes:
+        io["input_fp16_nodes"] = dtype_flags.apply_input_fp16_nodes(graph, options.input_fp16_nodes, aipp_inputs)
+    if options.output_type:
+        io["output_type"] = dtype_flags.apply_output_type(graph, options.output_type)
+    return io
+
+
 def prepare_graph(options: AtcOptions):
-    """Load, import and run the generic passes; returns (graph, changes, onnx node count)."""
+    """Load, import, apply the I/O flags and run the generic passes; returns (graph, changes,
+    onnx node count, io)."""
     model = load_model(options.model)
     shapes = parse_input_shape(options.input_shape) if options.input_shape else {}
     graph = import_model(model, shapes, options.input_format)
     apply_out_nodes(graph, options.out_nodes)
+    io = apply_io_flags(graph, options)
     changes = run_generic(graph)
-    return graph, changes, len(model.graph.node)
+    return graph, changes, len(model.graph.node), io
+
+
+def model_attrs(options: AtcOptions, io: dict) -> dict:
+    """What the .om records of the flags that shape its I/O and precision (ModelDef attrs)."""
+    attrs = {}
+    for name in ("output_type", "input_fp16_nodes", "op_select_implmode", "optypelist_for_implmode"):
+        if getattr(options, name):
+            attrs[name] = getattr(options, name)
+    for name in ("insert_op_conf", "keep_dtype", "modify_mixlist", "customize_dtypes", "op_precision_mode"):
+        if getattr(options, name):
+            attrs[name] = os.path.basename(getattr(options, name))
+    if options.enable_small_channel == "1":
+        attrs["enable_small_channel"] = 1
+    if io.get("aipp"):
+        attrs["aipp_inputs"] = sorted(io["aipp"])
+    return attrs
 
 
 def budget_for(soc_version: str) -> Budget:
@@ -95,12 +140,26 @@ def compile_model(options: AtcOptions, build: bool = True) -> CompileResult:
 
 def _compile(options: AtcOptions, build: bool) -> CompileResult:
     switches = switches_from_env(options)
-    graph, changes, onnx_nodes = prepare_graph(options)
+    graph, changes, onnx_nodes, io = prepare_graph(options)
     unfused = graph.clone()
     results = run_passes(graph, pipeline.fusion_passes(switches))
-    result = CompileResult(graph, unfused, results, switches, generic_changes=changes, onnx_node_count=onnx_nodes)
+    origin_types = {n.name: n.op_type for n in unfused.nodes}
+    plan = plan_precision(graph, origin_types, options)
+    unfused_plan = plan_precision(unfused, origin_types, options)
+    for node in graph.nodes:                   # the kernels read their implementation mode
+        entry = plan.kernels.get(node.name)
+        if entry is not None and entry.impl_mode:
+            node.attrs["op_impl_mode"] = entry.impl_mode
+    for node in unfused.nodes:
+        entry = unfused_plan.kernels.get(node.name)
+        if entry is not None and entry.impl_mode:
+            node.attrs["op_impl_mode"] = entry.impl_mode
+    result = CompileResult(graph, unfused, results, switches, generic_changes=changes, onnx_node_count=onnx_nodes,
+                           plan=plan, unfused_plan=unfused_plan, io=io,
+                           warnings=list(options.warnings) + list(switches.warnings) + plan.warnings)
     if build:
         name = os.path.basename(options.output) or graph.name
         result.partitions = build_partitions(graph, name, options.soc_version, options.precision_mode,
-                                             super_kernel_scope=options.super_kernel_scope)
+                                             extra_attrs=model_attrs(options, io),
+                                             super_kernel_scope=options.super_kernel_scope, dtype_of=plan.dtype_of)
     return result

@@ -8,22 +8,26 @@ from ge.errors import AtcError
 from ge.files import Outputs
 
 
-def run(options: AtcOptions) -> None:
-    {"0": generate_om, "1": om_to_json, "3": pre_check, "6": display_model_info}[options.mode](options)
+def run(options: AtcOptions):
+    """Do what --mode asks; --mode=0 returns (CompileResult, FusionReport), the others None."""
+    return {"0": generate_om, "1": om_to_json, "3": pre_check, "6": display_model_info}[options.mode](options)
 
 
-def generate_om(options: AtcOptions) -> None:
+def generate_om(options: AtcOptions, log=None):
     """Compile, price the report, then write the .om and its companions as one set of
-    outputs: if any write fails, nothing of this run is left behind."""
+    outputs: if any write fails, nothing of this run is left behind.  Returns
+    (CompileResult, FusionReport)."""
     from atc_py import log as atc_log
     from atc_py import report
     from atc_py.compiler import compile_model
     from om_format.container import build_om
 
-    log = atc_log.Logger.from_options(options)
+    log = log or atc_log.Logger.from_options(options)
     result = compile_model(options)
-    for warning in result.switches.warnings:
-        log.warning(warning)
+    for warning in result.warnings:
+        log.warning(str(warning))
+    for huawei, ours in sorted(result.switches.mapped.items()):
+        log.info(f"--fusion_switch_file: Huawei pass [{huawei}] is taken as [{ours}].")
     fusion_report = report.build_report(result, options.soc_version, options.precision_mode,
                                         options.super_kernel_scope)
     report.print_report(fusion_report, log)
@@ -33,6 +37,7 @@ def generate_om(options: AtcOptions) -> None:
                                                   ops=len(result.graph.nodes), platform_version=options.soc_version),
                         "--output")
         report.write_companions(result, options, log, out)
+    return result, fusion_report
 
 
 def om_to_json(options: AtcOptions) -> None:

@@ -17,6 +17,7 @@ _LEVELS = {"debug": 0, "info": 1, "warning": 2, "error": 3, "null": 4}
 class Logger:
     level: int = 4
     fusion_log: bool = False
+    quiet: bool = False          # the Python API: print nothing, the caller gets the data
 
     @classmethod
     def from_options(cls, options) -> "Logger":
@@ -28,7 +29,8 @@ class Logger:
         return cls(level, fusion_log or level <= 1)
 
     def _emit(self, tag: str, text: str) -> None:
-        print(f"[{tag}] {text}", file=sys.stdout)
+        if not self.quiet:
+            print(f"[{tag}] {text}", file=sys.stdout)
 
     def debug(self, text: str) -> None:
         if self.level <= 0:
@@ -44,5 +46,5 @@ class Logger:
 
     def ge(self, text: str) -> None:
         """A line of GE's fusion log, printed when the fusion report is on."""
-        if self.fusion_log:
+        if self.fusion_log and not self.quiet:
             print(f"[GE] {text}".rstrip(), file=sys.stdout)

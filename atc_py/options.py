@@ -5,18 +5,61 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
-from ge.errors import AtcError, invalid_param
+from ge.errors import AtcError, AtcWarning, invalid_param
 
 FRAMEWORKS = {"0": "Caffe", "1": "MindSpore", "3": "TensorFlow", "5": "Onnx"}
 MODES = {"0": "generate offline model", "1": "convert model to JSON", "3": "pre-check only",
          "6": "display model info"}
 LOG_LEVELS = ("debug", "info", "warning", "error", "null")
-INPUT_FORMATS = ("NCHW", "ND")
+# Layout of the model's inputs: NCHW/NHWC name 4-D inputs, NCDHW/NDHWC 5-D ones, ND any rank.
+INPUT_FORMATS = ("NCHW", "NHWC", "ND", "NCDHW", "NDHWC")
 PRECISION_MODES = ("force_fp16", "force_fp32", "allow_fp32_to_fp16", "must_keep_origin_dtype",
                    "allow_mix_precision")
+# Spellings ATC also takes, and what they mean here (docs/FORMATS.md, "precision modes").
+PRECISION_MODE_ALIASES = {"allow_mix_precision_fp16": "allow_mix_precision", "cube_fp16in_fp32out": "force_fp32"}
+PRECISION_MODE_V2 = {"fp16": "force_fp16", "origin": "must_keep_origin_dtype", "mixed_float16": "allow_mix_precision",
+                     "cube_fp16in_fp32out": "force_fp32"}
+IMPL_MODES = ("high_performance", "high_precision", "high_performance_for_all", "high_precision_for_all")
+# Output types ATC documents for --output_type and the numpy dtype each becomes.
+OUTPUT_TYPES = {"FP32": "float32", "FP16": "float16", "UINT8": "uint8", "INT8": "int8", "UINT16": "uint16",
+                "INT16": "int16", "UINT32": "uint32", "INT32": "int32", "UINT64": "uint64", "INT64": "int64",
+                "DOUBLE": "float64"}
+
+
+# Tuning, memory and debug options of ATC that change nothing in a simulated build: accepted
+# (values checked where ATC documents a value set) with W10100 saying they have no effect.
+NO_EFFECT_OPTIONS = {
+    "auto_tune_mode": ("RL,GA", "GA,RL", "RL", "GA"),
+    "buffer_optimize": ("l2_optimize", "l1_optimize", "off_optimize"),
+    "disable_reuse_memory": ("0", "1"),
+    "op_compiler_cache_mode": ("enable", "disable", "force"),
+    "op_compiler_cache_dir": None,
+    "op_debug_level": ("0", "1", "2", "3", "4"),
+    "debug_dir": None,
+    "enable_single_stream": ("true", "false"),
+    "enable_scope_fusion_passes": None,
+    "enable_compress_weight": ("true", "false"),
+    "compress_weight_conf": None,
+    "external_weight": ("0", "1"),
+    "save_original_model": ("true", "false"),
+    "display_model_info": ("0", "1"),
+    "dump_mode": ("0", "1"),
+    "status_check": ("0", "1"),
+    "op_bank_path": None,
+    "host_env_os": None,
+    "host_env_cpu": None,
+    "virtual_type": ("0", "1"),
+    "aicore_num": None,
+    "allow_hf32": ("true", "false"),
+    "deterministic": ("0", "1"),
+    "atomic_clean_policy": ("0", "1"),
+    "oo_level": ("O1", "O2", "O3"),
+}
+CONFIG_FILE_OPTIONS = ("insert_op_conf", "keep_dtype", "modify_mixlist", "customize_dtypes", "op_precision_mode",
+                       "fusion_switch_file")
 
 
 @dataclass
@@ -34,12 +77,32 @@ class AtcOptions:
     json: str = ""
     check_report: str = "check_result.json"
     precision_mode: str = "force_fp16"
+    precision_mode_v2: str = ""
     fusion_switch_file: str = ""
     super_kernel_scope: str = ""
+    # data preprocessing and dtype control (docs/FORMATS.md)
+    insert_op_conf: str = ""
+    enable_small_channel: str = "0"
+    output_type: str = ""
+    input_fp16_nodes: str = ""
+    # precision overrides (docs/FORMATS.md, "Precision configuration files")
+    keep_dtype: str = ""
+    modify_mixlist: str = ""
+    customize_dtypes: str = ""
+    op_precision_mode: str = ""
+    op_select_implmode: str = ""
+    optypelist_for_implmode: str = ""
+    # options accepted without effect: name -> value (see NO_EFFECT_OPTIONS)
+    no_effect: dict = field(default_factory=dict)
+    # W-code warnings found while validating, printed by the driver
+    warnings: list = field(default_factory=list)
+    # config files parsed by validate(): keep_dtype, modify_mixlist, customize_dtypes,
+    # op_precision_mode, aipp
+    parsed: dict = field(default_factory=dict)
 
     def validate(self) -> None:
         """Check every option that the chosen mode uses; raise the first AtcError found."""
-        for name in ("model", "output", "om", "json", "check_report", "fusion_switch_file"):
+        for name in ("model", "output", "om", "json", "check_report") + CONFIG_FILE_OPTIONS:
             if "\0" in getattr(self, name):
                 raise invalid_param(getattr(self, name).replace("\0", "\\0"), f"--{name}",
                                     "it contains a NUL character, which no file path can hold.")
@@ -49,6 +112,7 @@ class AtcOptions:
         if self.log not in LOG_LEVELS:
             raise AtcError("E10010", f"Value [{self.log}] for parameter [--log] is invalid. Reason: it must be "
                            f"one of {', '.join(LOG_LEVELS)}.", "Use --log=debug|info|warning|error|null.")
+        self._validate_no_effect()
         if self.mode in ("1", "6"):
             if not self.om:
                 raise AtcError("E10004", "Value for --om is empty.", f"--mode={self.mode} needs --om=<model.om>.")
@@ -70,9 +134,7 @@ class AtcOptions:
         if self.input_format not in INPUT_FORMATS:
             raise invalid_param(self.input_format, "--input_format",
                                 f"for ONNX models it must be one of {', '.join(INPUT_FORMATS)}.")
-        if self.precision_mode not in PRECISION_MODES:
-            raise invalid_param(self.precision_mode, "--precision_mode",
-                                f"it must be one of {', '.join(PRECISION_MODES)}.")
+        self._validate_precision_mode()
         if self.mode == "0":
             if not self.output:
                 raise AtcError("E10004", "Value for --output is empty.", "Pass --output=<path without .om>.")
@@ -95,7 +157,81 @@ class AtcOptions:
                 raise invalid_param(self.soc_version, "--soc_version",
                                     f"it is not a supported chip; valid values: {', '.join(socs)}.",
                                     f"Use one of {', '.join(socs)}.")
+        self._validate_dtype_flags()
+        self._validate_impl_flags()
+        self.parsed = parse_config_files(self)
+
+    # -- groups of checks --------------------------------------------------------------
+
+    def _validate_no_effect(self) -> None:
+        for name, value in sorted(self.no_effect.items()):
+            allowed = NO_EFFECT_OPTIONS.get(name, ())
+            if allowed and value not in allowed:
+                raise invalid_param(value, f"--{name}", f"it must be one of {', '.join(allowed)}.")
+            self.warnings.append(AtcWarning("W10100", f"Option [--{name}={value}] is accepted and has no effect in "
+                                            "atc_py (no real tuning, memory planning or dumps here)."))
+
+    def _validate_precision_mode(self) -> None:
+        if self.precision_mode_v2:
+            if self.precision_mode_v2 not in PRECISION_MODE_V2:
+                raise invalid_param(self.precision_mode_v2, "--precision_mode_v2",
+                                    f"it must be one of {', '.join(PRECISION_MODE_V2)}.")
+            if self.precision_mode not in ("", "force_fp16"):
+                raise AtcError("E10001", "Parameters [--precision_mode] and [--precision_mode_v2] cannot be used "
+                               "together.", "Keep one of them.")
+            self.precision_mode = PRECISION_MODE_V2[self.precision_mode_v2]
+        self.precision_mode = PRECISION_MODE_ALIASES.get(self.precision_mode, self.precision_mode)
+        if self.precision_mode not in PRECISION_MODES:
+            raise invalid_param(self.precision_mode, "--precision_mode",
+                                f"it must be one of {', '.join(PRECISION_MODES + tuple(PRECISION_MODE_ALIASES))}.")
+
+    def _validate_dtype_flags(self) -> None:
+        if self.enable_small_channel not in ("0", "1"):
+            raise invalid_param(self.enable_small_channel, "--enable_small_channel", "it must be 0 or 1.")
+        if self.output_type:
+            from atc_py.dtype_flags import parse_output_type
+            parse_output_type(self.output_type)            # syntax and types; nodes checked on the graph
+        if self.input_fp16_nodes:
+            from atc_py.dtype_flags import parse_node_list
+            parse_node_list(self.input_fp16_nodes, "--input_fp16_nodes")
+
+    def _validate_impl_flags(self) -> None:
+        if self.op_select_implmode and self.op_select_implmode not in IMPL_MODES:
+            raise invalid_param(self.op_select_implmode, "--op_select_implmode",
+                                f"it must be one of {', '.join(IMPL_MODES)}.")
+        if self.optypelist_for_implmode:
+            if not self.op_select_implmode:
+                raise AtcError("E10001", "Parameter [--optypelist_for_implmode] needs [--op_select_implmode].",
+                               "Add --op_select_implmode=high_precision or high_performance.")
+            if self.op_select_implmode.endswith("_for_all"):
+                raise invalid_param(self.op_select_implmode, "--op_select_implmode",
+                                    "with --optypelist_for_implmode it must be high_precision or high_performance.")
+            types = [t.strip() for t in self.optypelist_for_implmode.split(",")]
+            if not all(types):
+                raise invalid_param(self.optypelist_for_implmode, "--optypelist_for_implmode",
+                                    "it has an empty entry.", "Separate op types with single commas: Gelu,Sigmoid.")
+        if self.op_precision_mode and (self.op_select_implmode or self.optypelist_for_implmode):
+            self.warnings.append(AtcWarning("W10103", "[--op_precision_mode] is given: [--op_select_implmode] and "
+                                            "[--optypelist_for_implmode] are ignored, as in ATC."))
 
     @property
     def om_path(self) -> str:
         return self.output + ".om"   # as ATC does: --output is a path without the suffix
+
+
+def parse_config_files(options: AtcOptions) -> dict:
+    """Parse every config file the options name (line-numbered E10001 on a mistake)."""
+    from atc_py import precision_config as pc
+    parsed = {}
+    if options.keep_dtype:
+        parsed["keep_dtype"] = pc.parse_keep_dtype(options.keep_dtype)
+    if options.modify_mixlist:
+        parsed["modify_mixlist"] = pc.parse_modify_mixlist(options.modify_mixlist)
+    if options.customize_dtypes:
+        parsed["customize_dtypes"] = pc.parse_customize_dtypes(options.customize_dtypes)
+    if options.op_precision_mode:
+        parsed["op_precision_mode"] = pc.parse_op_precision_mode(options.op_precision_mode)
+    if options.insert_op_conf:
+        from atc_py.aipp_config import parse_aipp_config
+        parsed["aipp"] = parse_aipp_config(options.insert_op_conf)
+    return parsed

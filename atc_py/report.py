@@ -38,6 +38,7 @@ class FusionReport:
     misses: list = field(default_factory=list)
     super_kernels: list = field(default_factory=list)   # groups of node names
     launches_after: int = 0                               # with super kernels, if any
+    precision_overrides: list = field(default_factory=list)  # kernels whose dtype/impl a flag changed
 
     @property
     def overall_speedup(self) -> float:
@@ -50,8 +51,10 @@ def _kernels(graph: Graph) -> int:
 
 def build_report(result, soc_version: str, precision_mode: str, super_kernel_scope: str = "") -> FusionReport:
     chip = load_chip(soc_version)
-    dtype_of = lambda node: compute_dtype(node, precision_mode)  # noqa: E731
-    before = node_costs(result.unfused, chip, dtype_of)
+    default = lambda node: compute_dtype(node, precision_mode)  # noqa: E731
+    dtype_of = result.plan.dtype_of if result.plan is not None else default
+    unfused_dtype_of = result.unfused_plan.dtype_of if result.unfused_plan is not None else default
+    before = node_costs(result.unfused, chip, unfused_dtype_of)
     after = node_costs(result.graph, chip, dtype_of)
     launched = [n for n in result.graph.nodes if not kernel_of(n.op_type).no_task]
     groups = super_kernel.plan(launched, super_kernel_scope)
@@ -74,10 +77,11 @@ def build_report(result, soc_version: str, precision_mode: str, super_kernel_sco
             "misses": len(outcome.misses),
         })
     misses = [m for outcome in result.fusion_results for m in outcome.misses]
+    overrides = result.plan.overrides(result.graph) if result.plan is not None else []
     return FusionReport(patterns, len(result.unfused.nodes), len(result.graph.nodes),
                         _kernels(result.unfused), _kernels(result.graph),
                         sum(c.total_us for c in before.values()), stream.total_us,
-                        misses, groups, stream.launches)
+                        misses, groups, stream.launches, overrides)
 
 
 def report_lines(report: FusionReport) -> list:
@@ -178,10 +182,25 @@ def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version:
     return written
 
 
+def precision_lines(report: FusionReport) -> list:
+    """One line per kernel whose compute dtype or implementation a precision flag changed."""
+    lines = []
+    for row in report.precision_overrides:
+        change = (f"{row['dtype_before']} -> {row['dtype']}" if row["dtype"] != row["dtype_before"]
+                  else f"{row['dtype']} (unchanged)")
+        impl = f", impl {row['impl_mode']}" if row["impl_mode"] else ""
+        lines.append(f"Precision override: {row['kernel']} ({row['op_type']}): dtype {change}{impl}; by "
+                     f"{'; '.join(row['flags'])}")
+    return lines
+
+
 def print_report(report: FusionReport, log) -> None:
-    """The Graph Fusion Report (when the log level asks for it) and, at debug, every miss."""
+    """The Graph Fusion Report (when the log level asks for it), the precision overrides
+    (info) and, at debug, every miss."""
     for line in report_lines(report):
         log.ge(line)
+    for line in precision_lines(report):
+        log.info(line)
     for miss in report.misses:
         log.debug(f"[GE] fusion miss {miss.code} {miss.reason_name}: pass {miss.pass_name}, anchor "
                   f"{miss.anchor}, ops {[t for _, t in miss.nodes]}: {miss.constraint}; tensors {miss.tensors}")

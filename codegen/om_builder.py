@@ -13,7 +13,7 @@ Partition 2 is our ModelTaskDef: one TaskDef per launched kernel, in execution o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -62,7 +62,11 @@ class OmPartitions:
 
 
 def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_mode: str,
-                     extra_attrs: Optional[dict] = None, super_kernel_scope: str = "") -> OmPartitions:
+                     extra_attrs: Optional[dict] = None, super_kernel_scope: str = "",
+                     dtype_of: Optional[Callable[[Node], np.dtype]] = None) -> OmPartitions:
+    """`dtype_of` gives each kernel's compute dtype (default: the rule of `precision_mode`;
+    atc passes the per-kernel plan of atc_py.precision)."""
+    dtype_of = dtype_of or (lambda node: compute_dtype(node, precision_mode))
     graph.topological_sort()
     launched = [n for n in graph.nodes if not kernel_of(n.op_type).no_task]
     super_kernel_of = {name: f"sk_{i}" for i, group in enumerate(super_kernel.plan(launched, super_kernel_scope))
@@ -110,7 +114,7 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
         for i, v in enumerate(node.outputs):
             op.output_desc.add().CopyFrom(om_attrs.tensor_desc(v.name, v.desc.dtype, v.desc.shape, v.desc.format))
             refs[id(v)] = f"{node.name}:{i}"
-        dtype = compute_dtype(node, precision_mode)
+        dtype = dtype_of(node)
         attrs = dict(node.attrs)
         attrs["original_op_names"] = node.origin
         attrs["_fusion_pass"] = node.provenance.get("pass", "")

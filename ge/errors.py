@@ -63,3 +63,30 @@ OM_SOLUTION = "The file is not a valid .om model or is damaged: regenerate it wi
 def om_format_error(exc: OmFormatError) -> AtcError:
     """E10003 for a damaged .om (raise it `from exc`, so the format layer's cause stays)."""
     return AtcError("E10003", exc.message, exc.solution or OM_SOLUTION)
+
+
+class AtcWarning:
+    """A user-facing warning with an atc_py W-code: the run goes on, the user is told what
+    was ignored or changed and why.  The codes are atc_py's own (W10100 ...), listed in
+    README.md; ATC prints its warnings the same way: code, message."""
+
+    __slots__ = ("code", "message")
+
+    def __init__(self, code: str, message: str):
+        self.code = code
+        self.message = message
+
+    def render(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __repr__(self) -> str:
+        return f"AtcWarning({self.code!r}, {self.message!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, AtcWarning) and (self.code, self.message) == (other.code, other.message)
+
+    def __hash__(self) -> int:
+        return hash((self.code, self.message))

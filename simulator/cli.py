@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import traceback
 
-from ge.errors import AtcError
+from ge.errors import AtcError, AtcWarning
 from ge.limits import host_memory_exhausted
 from ge.files import Outputs, Terminated, cleanup_on_signals
 
@@ -59,47 +60,92 @@ def _positive_int(name):
     return parse
 
 
+def _switch(name):
+    """ais_bench's switches: 1/true or 0/false."""
+    def parse(text):
+        value = str(text).strip().lower()
+        if value in ("1", "true"):
+            return True
+        if value in ("0", "false"):
+            return False
+        raise AtcError("E10001", f"Value [{text}] for parameter [{name}] is invalid. Reason: it must be 1/true or "
+                       "0/false.", f"For example {name}=1.")
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="atc-sim", allow_abbrev=False, description="Run an Ascend .om on the bundled numpy NPU simulator "
                 "(ais_bench flags). NPU times are simulated by the cost model of --soc_version.")
     p.register("action", "store", _Once)   # every flag once
     p.add_argument("--model", required=True, help="the .om file")
-    p.add_argument("--input", default="", help="comma-separated .npy files in model input order, or a folder of "
-                   ".npy files named <input name>.npy (else taken sorted); default: seeded random inputs "
-                   "(floats N(0,1); ints in [0, min(10, embedding rows)); inputs named *mask*: ones)")
+    p.add_argument("--input", default="", help="comma-separated .npy/.bin files in model input order, a folder of "
+                   "files named <input name>.npy, or ais_bench's dataset form: one folder per model input (the "
+                   "k-th files of the folders are inference k; for a one-input model, several files are several "
+                   "inferences); default: --pure_data_type inputs")
+    p.add_argument("--pure_data_type", default="random", choices=("random", "zero"),
+                   help="inputs when --input is not given: random (seeded; floats N(0,1), ints in [0, min(10, "
+                   "embedding rows)), inputs named *mask* ones; the default here) or zero (ais_bench's default)")
     p.add_argument("--output", default="", help="folder for the outputs and summary.json (written directly, "
                    "no timestamped subfolder)")
+    p.add_argument("--output_dirname", default="", help="with --output: write into OUTPUT/OUTPUT_DIRNAME, files "
+                   "named as ais_bench does (<input file name>_<k>, pure_infer_data_<k>), summary in "
+                   "OUTPUT/<OUTPUT_DIRNAME>_summary.json")
     p.add_argument("--outfmt", default="NPY", help="NPY (default), BIN (raw bytes) or TXT")
     p.add_argument("--loop", default=1, type=_positive_int("--loop"), help="timed forwards (default 1)")
     p.add_argument("--warmup_count", default=1, type=_positive_int("--warmup_count"),
                    help="untimed forwards first (default 1)")
     p.add_argument("--batchsize", default=None, type=_positive_int("--batchsize"),
                    help="batch size for the throughput (default: first dim of the first input)")
-    p.add_argument("--device", default="0", help="device id; the simulator has only device 0")
+    p.add_argument("--device", default="0", help="device id(s), e.g. 0 or 0,1,2,3: the simulator has one device "
+                   "(a warning for anything else; the run happens once)")
+    p.add_argument("--debug", default=False, type=_switch("--debug"), help="1: print the model's I/O table and "
+                   "each inference's simulated time, as ais_bench --debug does")
+    p.add_argument("--display_all_summary", default=False, type=_switch("--display_all_summary"),
+                   help="1: also print H2D_latency and D2H_latency (simulated host-link copies)")
+    p.add_argument("--profiler", default=False, type=_switch("--profiler"),
+                   help="1: with --output, write the profile into OUTPUT/profiler")
     p.add_argument("--soc_version", default="", help="chip to price on (default: the one recorded in the .om)")
     p.add_argument("--compare", default="", help="the .onnx the .om came from: compare every output with "
                    "onnxruntime (no graph optimizations, 1 thread); exit 2 on FAIL")
-    p.add_argument("--profile", default="", help="folder for op_summary_0.csv and msprof_0.json (Perfetto)")
+    p.add_argument("--profile", default="", help="folder for op_summary_0.csv, op_statistic_0.csv and "
+                   "msprof_0.json (Perfetto)")
     p.add_argument("--seed", default=0, type=int, help="seed of the random inputs (default 0)")
     return p
 
 
-def _validate(args) -> None:
+def _validate(args) -> list:
+    """Check the flags; returns the W-code warnings they call for."""
+    warnings = []
     if not 0 <= args.seed < 1 << 63:
         raise AtcError("E10013", f"Value [{args.seed}] for --seed is out of range [0, 2^63).", "Pass --seed=0 or more.")
-    if args.device != "0":
-        raise AtcError("E10001", f"Value [{args.device}] for parameter [--device] is invalid. Reason: the "
-                       "simulator has one device, 0.", "Pass --device=0 or leave it out.")
+    devices = [d.strip() for d in str(args.device).split(",")]
+    if not all(re.fullmatch(r"[0-9]{1,4}", d) for d in devices):
+        raise AtcError("E10001", f"Value [{args.device}] for parameter [--device] is invalid. Reason: it must be a "
+                       "device id or a comma-separated list of them.", "Pass --device=0.")
+    if devices != ["0"]:
+        warnings.append(AtcWarning("W10110", f"--device {args.device}: the simulator has one device; the model runs "
+                                   "once, on simulated device 0, and the summary is that one device's."))
     args.outfmt = args.outfmt.upper()
     from simulator.runner import OUTFMTS
     if args.outfmt not in OUTFMTS:
         raise AtcError("E10001", f"Value [{args.outfmt}] for parameter [--outfmt] is invalid. Reason: it must "
                        f"be one of {', '.join(OUTFMTS)}.", "Pass --outfmt=NPY.")
+    if args.output_dirname:
+        if not args.output:
+            warnings.append(AtcWarning("W10112", "--output_dirname works with --output only (as in ais_bench); "
+                                       "ignored."))
+        elif not re.fullmatch(r"[A-Za-z0-9_.-]+", args.output_dirname) or args.output_dirname in (".", ".."):
+            raise AtcError("E10001", f"Value [{args.output_dirname}] for parameter [--output_dirname] is invalid. "
+                           "Reason: it must be one folder name ([A-Za-z0-9_.-]).", "Pass e.g. --output_dirname=result.")
+    if args.profiler and not args.output:
+        warnings.append(AtcWarning("W10112", "--profiler works with --output only (the profile goes to "
+                                   "OUTPUT/profiler, as in ais_bench); ignored."))
     for flag in ("output", "profile"):
         path = getattr(args, flag)
         if path and os.path.exists(path) and not os.path.isdir(path):
             raise AtcError("E10001", f"Value [{path}] for parameter [--{flag}] is invalid. Reason: it is a file, "
                            "not a folder.", f"Give a folder for --{flag}.")
+    return warnings
 
 
 def _fmt_stats(s: dict) -> str:
@@ -107,66 +153,139 @@ def _fmt_stats(s: dict) -> str:
             f"percentile(99%) = {s['percentile(99%)']}")
 
 
-def _run(args) -> int:
-    with Outputs() as out:   # outputs, summary and profile: all of them, or none
-        return _run_into(args, out)
+def _io_table(session) -> list:
+    """ais_bench --debug's table: index, name, shape, dtype, size and realsize in bytes."""
+    lines = ["[DEBUG] input:"]
+    lines += [f"  #{i}    {t.name}  {t.shape}  {t.datatype}  {t.size}  {t.realsize}"
+              for i, t in enumerate(session.get_inputs())]
+    lines.append("[DEBUG] output:")
+    lines += [f"  #{i}    {t.name}  {t.shape}  {t.datatype}  {t.size}  {t.realsize}"
+              for i, t in enumerate(session.get_outputs())]
+    return lines
 
 
-def _run_into(args, out: Outputs) -> int:
+class _Progress:
+    """A text progress bar on stderr for dataset runs (ais_bench shows tqdm's)."""
+
+    def __init__(self, total: int, label: str = "Inference array Processing"):
+        self.total, self.label, self.done = total, label, 0
+        self.active = total > 1
+
+    def step(self) -> None:
+        if not self.active:
+            return
+        self.done += 1
+        width = 30
+        filled = width * self.done // self.total
+        bar = "#" * filled + "." * (width - filled)
+        end = "\n" if self.done == self.total else ""
+        print(f"\r{self.label}: {100 * self.done // self.total:3d}%|{bar}| {self.done}/{self.total}",
+              end=end, file=sys.stderr, flush=True)
+
+
+def _inputs(args, session):
     from simulator import runner
+    graph = session.model.graph
+    if args.input:
+        return runner.load_dataset(args.input, graph)
+    if args.pure_data_type == "zero":
+        return runner.Dataset([runner.zero_inputs(graph)], ["pure_infer_data"], "zero")
+    return runner.Dataset([runner.random_inputs(graph, args.seed)], ["pure_infer_data"], f"random (seed {args.seed})")
 
-    model = runner.load_model(args.model, args.soc_version)
+
+def _run(args, warnings: list) -> int:
+    with Outputs() as out:   # outputs, summary and profile: all of them, or none
+        return _run_into(args, warnings, out)
+
+
+def _run_into(args, warnings: list, out: Outputs) -> int:
+    from simulator import runner
+    from simulator.session import InferSession
+
+    session = InferSession(args.model, args.soc_version or None)
+    model = session.model
     loaded = model.loaded
+    for warning in warnings + session.warnings:
+        print(f"[WARNING] {warning.render()}")
     print(f"[INFO] load model {args.model} success: {len(loaded.tasks)} tasks, precision_mode "
           f"{loaded.precision_mode or 'N/A'}, priced on {model.chip.soc_version}")
-    if args.input:
-        feeds, source = runner.load_inputs(args.input, model.graph), args.input
-    else:
-        feeds, source = runner.random_inputs(model.graph, args.seed), f"random (seed {args.seed})"
-    print(f"[INFO] inputs: {source}")
-    result = runner.run(model, feeds, args.loop, args.warmup_count, args.batchsize)
+    if args.debug:
+        print("\n".join(_io_table(session)))
+    data = _inputs(args, session)
+    print(f"[INFO] inputs: {data.source}" + (f" ({len(data.feeds)} inferences)" if len(data.feeds) > 1 else ""))
+
+    out_dir = os.path.join(args.output, args.output_dirname) if args.output and args.output_dirname else args.output
+    ais_names = bool(args.output_dirname and args.output) or len(data.feeds) > 1
+    progress = _Progress(len(data.feeds))
+    results, written = [], []
+    for k, feeds in enumerate(data.feeds):
+        outputs = session.infer(feeds, loop=args.loop, warmup_count=args.warmup_count if k == 0 else 0)
+        result = session.last_result
+        results.append(result)
+        if args.debug:
+            print(f"[DEBUG] model aclExec cost : {result.npu_time_ms['mean']:.6f} (simulated ms)")
+        if out_dir:
+            named = dict(zip(session.get_output_names(), outputs))
+            written.append(runner.write_outputs(named, out_dir, args.outfmt, out,
+                                                prefix=data.names[k] if ais_names else None))
+        progress.step()
     if args.warmup_count:
         print(f"[INFO] warm up {args.warmup_count} done")
+    last = results[-1]
 
     compares = []
     if args.compare:
         from simulator.compare import compare_with_onnx
-        compares = compare_with_onnx(args.compare, model.graph, feeds, result.outputs, loaded.compute_dtypes)
+        compares = compare_with_onnx(args.compare, model.graph, data.feeds[-1], last.outputs, loaded.compute_dtypes)
 
+    totals = session.summary()
+    npu = totals["NPU_compute_time"]
+    batch = args.batchsize or runner.default_batchsize(model.graph)
+    throughput = 1000.0 * batch / npu["mean"] if npu["mean"] > 0 else 0.0
     summary = {
         "model": args.model, "soc_version": model.chip.soc_version, "precision_mode": loaded.precision_mode,
-        "simulated": True, "tasks": len(result.timings), "loop": args.loop, "warmup_count": args.warmup_count,
-        "batchsize": result.batchsize, "NPU_compute_time": result.npu_time_ms, "throughput": result.throughput,
-        "host_wall_time": result.host_time_ms,
-        "inputs": [{"name": v.name, "shape": list(v.desc.shape), "dtype": str(v.desc.dtype)}
-                   for v in model.graph.inputs],
-        "input_source": source,
-        "outputs": [{"name": n, "shape": list(a.shape), "dtype": str(a.dtype)} for n, a in result.outputs.items()],
+        "simulated": True, "tasks": len(last.timings), "loop": args.loop, "warmup_count": args.warmup_count,
+        "inferences": len(data.feeds), "batchsize": batch, "NPU_compute_time": npu, "throughput": throughput,
+        "H2D_latency": totals["H2D_latency"], "D2H_latency": totals["D2H_latency"],
+        "host_wall_time": totals["host_wall_time"],
+        "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.datatype} for t in session.get_inputs()],
+        "input_source": data.source,
+        "outputs": [{"name": n, "shape": list(a.shape), "dtype": str(a.dtype)} for n, a in last.outputs.items()],
+        "warnings": [w.render() for w in warnings + session.warnings],
     }
     if args.compare:
         summary["compare"] = {"onnx": args.compare, "reference": "onnxruntime ORT_DISABLE_ALL, 1 thread",
                               "passed": all(c.passed for c in compares),
                               "outputs": [c.as_dict() for c in compares]}
-    if args.profile:
+    profile_dirs = [args.profile] if args.profile else []
+    if args.profiler and args.output:
+        profile_dirs.append(os.path.join(args.output, "profiler"))
+    for directory in profile_dirs:
         from simulator.profile import write_profile
-        summary["profile"] = write_profile(model, result.timings, args.profile, out)
-        print(f"[INFO] profile written: {summary['profile']['op_summary']}, {summary['profile']['timeline']}")
-    if args.output:
-        paths = runner.write_outputs(result.outputs, args.output, args.outfmt, out)
-        for entry in summary["outputs"]:
-            entry["file"] = paths[entry["name"]]
-        out.write_json(os.path.join(args.output, "summary.json"), summary, "--output")
-        print(f"[INFO] outputs and summary.json written to {args.output}")
+        summary.setdefault("profile", write_profile(model, last.timings, directory, out))
+        print(f"[INFO] profile written to {directory}")
+    if out_dir:
+        if written:
+            for entry in summary["outputs"]:
+                entry["file"] = written[-1][entry["name"]]
+        if args.output_dirname:
+            summary_path = os.path.join(args.output, f"{args.output_dirname}_summary.json")
+        else:
+            summary_path = os.path.join(out_dir, "summary.json")
+        out.write_json(summary_path, summary, "--output")
+        print(f"[INFO] outputs and {os.path.basename(summary_path)} written to {out_dir}")
 
-    npu = result.npu_time_ms
     print(f"[INFO] NPU_compute_time is SIMULATED by the {model.chip.soc_version} cost model "
-          f"({len(result.timings)} tasks in stream order; no NPU used, deterministic so min = max)")
+          f"({len(last.timings)} tasks in stream order; no NPU used, deterministic so min = max)")
     print("[INFO] -----------------Performance Summary------------------")
+    if args.display_all_summary:
+        print(f"[INFO] H2D_latency (ms): {_fmt_stats(totals['H2D_latency'])}")
     print(f"[INFO] NPU_compute_time (ms): {_fmt_stats(npu)}")
-    print(f"[INFO] throughput 1000*batchsize.mean({result.batchsize})/NPU_compute_time.mean({npu['mean']}): "
-          f"{result.throughput}")
+    if args.display_all_summary:
+        print(f"[INFO] D2H_latency (ms): {_fmt_stats(totals['D2H_latency'])}")
+    print(f"[INFO] throughput 1000*batchsize.mean({batch})/NPU_compute_time.mean({npu['mean']}): {throughput}")
     print("[INFO] ------------------------------------------------------")
-    print(f"[INFO] host wall time of the numpy run (ms): {_fmt_stats(result.host_time_ms)}")
+    print(f"[INFO] host wall time of the numpy run (ms): {_fmt_stats(totals['host_wall_time'])}")
 
     if not compares:
         return EXIT_OK
@@ -190,8 +309,8 @@ def main(argv=None) -> int:
             return EXIT_OK
         with cleanup_on_signals():   # SIGTERM/SIGINT: no temp file is left behind
             args = parser.parse_args(argv)
-            _validate(args)
-            return _run(args)
+            warnings = _validate(args)
+            return _run(args, warnings)
     except AtcError as err:
         print(f"[ERROR] {err.render()}")
         return EXIT_ERROR

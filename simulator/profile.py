@@ -93,11 +93,15 @@ def _om_type(node) -> str:
     return kernel.om_type if kernel else node.op_type
 
 
-def write_op_summary(path: str, rows: list, out: Outputs) -> None:
+def _write_csv(path: str, columns: list, rows: list, out: Outputs) -> None:
     with out.open(path, "--profile", text=True) as f:
-        writer = csv.DictWriter(f, fieldnames=OP_SUMMARY_COLUMNS, lineterminator="\r\n")
+        writer = csv.DictWriter(f, fieldnames=columns, lineterminator="\r\n")
         writer.writeheader()
         writer.writerows(rows)
+
+
+def write_op_summary(path: str, rows: list, out: Outputs) -> None:
+    _write_csv(path, OP_SUMMARY_COLUMNS, rows, out)
 
 
 def trace_events(model: Model, timings: list) -> list:
@@ -138,13 +142,40 @@ def trace_events(model: Model, timings: list) -> list:
     return events
 
 
+# msprof's op_statistic_*.csv (CANN Profiling docs, "op_statistic"); Model Name is left out as
+# msprof does by default.
+OP_STATISTIC_COLUMNS = ["Device_id", "OP Type", "Core Type", "Count", "Total Time(us)", "Avg Time(us)",
+                        "Min Time(us)", "Max Time(us)", "Ratio(%)"]
+CORE_TYPES = {"AI_CORE": "AI_CORE", "AI_VECTOR": "AI_VECTOR_CORE"}
+
+
+def op_statistic_rows(model: Model, timings: list) -> list:
+    """One row per (op type, core type): how many tasks, their total/avg/min/max simulated
+    time and their share of the whole stream; sorted by total time, largest first."""
+    nodes = {n.name: n for n in model.graph.nodes}
+    groups: dict = {}
+    for t in timings:
+        key = (_om_type(nodes[t.name]), CORE_TYPES.get(t.kernel_type, t.kernel_type))
+        groups.setdefault(key, []).append(t.duration_us)
+    total = sum(sum(v) for v in groups.values())
+    rows = []
+    for (op_type, core), durations in sorted(groups.items(), key=lambda kv: (-sum(kv[1]), kv[0])):
+        rows.append({"Device_id": 0, "OP Type": op_type, "Core Type": core, "Count": len(durations),
+                     "Total Time(us)": _num(sum(durations)), "Avg Time(us)": _num(sum(durations) / len(durations)),
+                     "Min Time(us)": _num(min(durations)), "Max Time(us)": _num(max(durations)),
+                     "Ratio(%)": f"{100.0 * sum(durations) / total:.3f}" if total > 0 else NA})
+    return rows
+
+
 def write_profile(model: Model, timings: list, directory: str, out: Outputs, suffix: str = "0") -> dict:
-    """Write op_summary_<suffix>.csv and msprof_<suffix>.json as part of the run's outputs
-    `out`; returns their paths."""
+    """Write op_summary_<suffix>.csv, op_statistic_<suffix>.csv and msprof_<suffix>.json as
+    part of the run's outputs `out`; returns their paths."""
     out.make_folder(directory, "--profile")
     csv_path = os.path.join(directory, f"op_summary_{suffix}.csv")
+    stat_path = os.path.join(directory, f"op_statistic_{suffix}.csv")
     json_path = os.path.join(directory, f"msprof_{suffix}.json")
     write_op_summary(csv_path, op_summary_rows(model, timings), out)
+    _write_csv(stat_path, OP_STATISTIC_COLUMNS, op_statistic_rows(model, timings), out)
     with out.open(json_path, "--profile", text=True) as f:
         json.dump(trace_events(model, timings), f)
-    return {"op_summary": csv_path, "timeline": json_path}
+    return {"op_summary": csv_path, "op_statistic": stat_path, "timeline": json_path}

@@ -207,19 +207,86 @@ def _files_for(spec: str, graph: Graph) -> list:
     return paths
 
 
+@dataclass
+class Dataset:
+    """What `--input` names: one feed dict per inference, and the name ais_bench gives each
+    inference's output files (the first input's file name without its suffix)."""
+
+    feeds: list                        # [{input name: array}] in inference order
+    names: list                        # [file base name] per inference
+    source: str
+
+
+def _data_files(folder: str) -> list:
+    return sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                  if f.lower().endswith((".npy", ".bin")) and os.path.isfile(os.path.join(folder, f)))
+
+
+def dataset_files(spec: str, graph: Graph) -> list:
+    """ais_bench's dataset mode: `--input dir1,dir2` with one folder per model input, the
+    k-th files of the folders (sorted by name) form inference k; for a one-input model,
+    `--input a.bin,b.bin,...` is one inference per file.  Returns [[path per input]] per
+    inference, or None when `spec` is one inference in the single-run forms of load_inputs."""
+    names = [v.name for v in graph.inputs]
+    entries = [p.strip() for p in spec.split(",")]
+    if any(not p for p in entries):
+        return None
+    if all(os.path.isdir(p) for p in entries) and len(entries) == len(names):
+        if len(entries) == 1:
+            files = _data_files(entries[0])
+            by_name = {os.path.splitext(os.path.basename(f))[0] for f in files}
+            if len(files) <= 1 or safe_name(names[0]) in by_name:
+                return None            # the one-inference folder form
+        per_input = [_data_files(p) for p in entries]
+        counts = [len(f) for f in per_input]
+        if 0 in counts or len(set(counts)) != 1:
+            raise _input_error(spec, f"the folders hold {counts} .npy/.bin file(s); each folder feeds one model "
+                               f"input ({names}) and all must hold the same number of files.",
+                               "Give one folder per input with one file per inference in each.")
+        return [list(files) for files in zip(*per_input)]
+    if len(names) == 1 and len(entries) > 1 and all(os.path.isfile(p) for p in entries):
+        return [[p] for p in entries]
+    return None
+
+
+def load_dataset(spec: str, graph: Graph) -> Dataset:
+    """Every inference `--input` asks for: N files per input folder -> N inferences."""
+    runs = dataset_files(spec, graph)
+    if runs is None:
+        feeds = load_inputs(spec, graph)
+        first = _files_for(spec, graph)[0] if graph.inputs else "pure_infer_data"
+        return Dataset([feeds], [os.path.splitext(os.path.basename(first))[0]], spec)
+    feeds, bases = [], []
+    for paths in runs:
+        feed = {}
+        for value, path in zip(graph.inputs, paths):
+            feed[value.name] = _checked(_read_file(path, value), value, path)
+        feeds.append(feed)
+        bases.append(os.path.splitext(os.path.basename(paths[0]))[0])
+    return Dataset(feeds, bases, spec)
+
+
+def _checked(array: np.ndarray, value: Value, path: str) -> np.ndarray:
+    if tuple(array.shape) != tuple(value.desc.shape):
+        raise _input_error(path, f"shape {list(array.shape)}; input [{value.name}] has shape "
+                           f"{list(value.desc.shape)}.", "Give inputs of the compiled shape.")
+    if array.dtype != np.dtype(value.desc.dtype):
+        raise _input_error(path, f"dtype {array.dtype}; input [{value.name}] has dtype "
+                           f"{np.dtype(value.desc.dtype)}.", "Give inputs of the compiled dtype.")
+    return array
+
+
+def zero_inputs(graph: Graph) -> dict:
+    """ais_bench's --pure_data_type zero: every input all zeros."""
+    return {v.name: np.zeros(tuple(v.desc.shape), np.dtype(v.desc.dtype)) for v in graph.inputs}
+
+
 def load_inputs(spec: str, graph: Graph) -> dict:
     """`--input`: comma-separated .npy (or raw .bin) files in model input order, or a folder
     of files named after the inputs (else taken in sorted order).  Checks count, shape, dtype."""
     feeds = {}
     for value, path in zip(graph.inputs, _files_for(spec, graph)):
-        array = _read_file(path, value)
-        if tuple(array.shape) != tuple(value.desc.shape):
-            raise _input_error(path, f"shape {list(array.shape)}; input [{value.name}] has shape "
-                               f"{list(value.desc.shape)}.", "Give inputs of the compiled shape.")
-        if array.dtype != np.dtype(value.desc.dtype):
-            raise _input_error(path, f"dtype {array.dtype}; input [{value.name}] has dtype "
-                               f"{np.dtype(value.desc.dtype)}.", "Give inputs of the compiled dtype.")
-        feeds[value.name] = array
+        feeds[value.name] = _checked(_read_file(path, value), value, path)
     return feeds
 
 
@@ -278,6 +345,7 @@ class RunResult:
     throughput: float                  # 1000 * batchsize / mean simulated ms
     batchsize: int
     timings: list = field(default_factory=list)
+    host_samples_ms: list = field(default_factory=list)
 
 
 def default_batchsize(graph: Graph) -> int:
@@ -301,8 +369,9 @@ def _as_recorded(model: Model, step, *args):
 
 
 def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
-        batchsize: Optional[int] = None) -> RunResult:
-    """`warmup_count` untimed forwards, then `loop` timed ones."""
+        batchsize: Optional[int] = None, timings: Optional[list] = None) -> RunResult:
+    """`warmup_count` untimed forwards, then `loop` timed ones.  `timings` (from an earlier
+    run of the same model) skips re-pricing the task list: the graph is static."""
     if not 1 <= loop <= MAX_LOOP or not 0 <= warmup_count <= MAX_LOOP:
         raise AtcError("E10013", f"--loop must be in [1, {MAX_LOOP}] and --warmup_count in [0, {MAX_LOOP}] "
                        f"(got {loop}, {warmup_count}).", "Pass --loop=1 or more.")
@@ -313,27 +382,30 @@ def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
         t0 = time.perf_counter()
         outputs = _as_recorded(model, run_graph, model.graph, feeds, model.dtype_of)
         host.append((time.perf_counter() - t0) * 1e3)
-    timings = _as_recorded(model, simulate_tasks, model)
+    if timings is None:
+        timings = _as_recorded(model, simulate_tasks, model)
     npu_ms = sum(t.duration_us for t in timings) / 1e3
     bs = batchsize if batchsize else default_batchsize(model.graph)
     npu = {**stats_ms([npu_ms]), "count": loop}   # the same simulated time in every loop
     throughput = 1000.0 * bs / npu["mean"] if npu["mean"] > 0 else 0.0
-    return RunResult(outputs, npu, stats_ms(host), throughput, bs, timings)
+    return RunResult(outputs, npu, stats_ms(host), throughput, bs, timings, host)
 
 
 # --------------------------------------------------------------------------- outputs
 
-def write_outputs(outputs: dict, directory: str, outfmt: str, out: Outputs) -> dict:
+def write_outputs(outputs: dict, directory: str, outfmt: str, out: Outputs, prefix: Optional[str] = None) -> dict:
     """Write each output as <name>.npy / .bin (raw) / .txt into `directory`, as part of the
-    run's outputs `out`; returns {name: path}.  Names that map to the same file name get a
-    numbered suffix."""
+    run's outputs `out`, or, with `prefix`, as ais_bench names them: <prefix>_<output
+    index>.<fmt>; returns {name: path}.  Names that map to the same file name get a numbered
+    suffix."""
     out.make_folder(directory, "--output")
     paths, taken = {}, set()
-    for name, array in outputs.items():
-        stem, n = safe_name(name), 1
+    for index, (name, array) in enumerate(outputs.items()):
+        first = f"{safe_name(prefix)}_{index}" if prefix is not None else safe_name(name)
+        stem, n = first, 1
         while stem in taken:
             n += 1
-            stem = f"{safe_name(name)}_{n}"
+            stem = f"{first}_{n}"
         taken.add(stem)
         path = os.path.join(directory, stem + "." + outfmt.lower())
         with out.open(path, "--output") as f:
