@@ -117,7 +117,6 @@ def apply_input_fp16_nodes(graph: Graph, spec: str, aipp_inputs: frozenset = fro
         cast = Node("Cast", [raw], [value], {"to": _ONNX_TYPE[np.dtype(value.desc.dtype)]},
                     name=graph.unique_name(f"{old_name}_fp16_cast"),
                     provenance={"origin": [], "inserted_by": "--input_fp16_nodes"})
-        value.producer, value.index = None, 0
         graph.add_node(cast, before=graph.nodes[0] if graph.nodes else None)
     return names
 

@@ -254,7 +254,8 @@ def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[i
         if info.name in values:
             raise AtcError("E16001", f"Graph input [{info.name}] is listed twice.", "Check the model with onnx.checker.")
         desc = _value_desc(info)
-        desc.format = input_format if desc.shape is not None and len(desc.shape) == 4 else "ND"
+        # NCHW/NHWC name 4-D inputs, NCDHW/NDHWC 5-D ones; other ranks (and ND) are ND
+        desc.format = input_format if desc.shape is not None and len(desc.shape) == len(input_format) else "ND"
         value = Value(info.name, desc)
         graph.inputs.append(value)
         values[info.name] = value

@@ -15,6 +15,8 @@ from ge.errors import AtcError
 from ge.files import check_input
 from ge.ir import Graph, Value
 
+_ORT_FLOATS = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtype(np.float16),
+               "tensor(double)": np.dtype(np.float64)}
 # Allowed max |sim - ref| / max(1, max |ref|), by the lowest precision a kernel on the
 # output's path computes in (COMPARE.md derives the numbers).
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2}
@@ -48,15 +50,24 @@ def run_onnxruntime(onnx_path: str, feeds: dict) -> dict:
     if missing:
         raise _compare_error(onnx_path, f"it needs inputs {missing} that the .om does not have.")
     names = [o.name for o in session.get_outputs()]
+    # --input_fp16_nodes: the .om takes float16 where the ONNX model takes float32; the same
+    # values go to onnxruntime in the dtype it declares.
+    declared = {i.name: _ORT_FLOATS.get(i.type) for i in session.get_inputs()}
+    ort_feeds = {n: feeds[n].astype(declared[n]) if declared[n] is not None and feeds[n].dtype != declared[n]
+                 and feeds[n].dtype.kind == "f" else feeds[n] for n in wanted}
     try:
-        results = session.run(names, {n: feeds[n] for n in wanted})
+        results = session.run(names, ort_feeds)
     except Exception as exc:
         raise _compare_error(onnx_path, f"onnxruntime failed to run it on the .om's inputs: {exc}")
     return dict(zip(names, results))
 
 
 def precision_class(graph: Graph, value: Value, compute_dtypes: dict) -> str:
-    """"fp16" if any kernel on the path to `value` computes in float16, else "fp32"."""
+    """"fp16" if any kernel on the path to `value` computes in float16 or the output itself is
+    float16 (--output_type=FP16), else "fp32".  (A float16 input, --input_fp16_nodes, reaches
+    onnxruntime as the same values in float32: no rounding between the two.)"""
+    if np.dtype(value.desc.dtype) == np.float16:
+        return "fp16"
     seen, stack = set(), [value]
     while stack:
         v = stack.pop()
@@ -102,8 +113,29 @@ class OutputCompare:
         return f"{measure} ({self.precision}) {self.result}{' (' + self.note + ')' if self.note else ''}"
 
 
+def _cast_like(ref: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The reference as --output_type casts it: float -> integer truncates toward zero,
+    clipped to the type's range (numpy's own out-of-range cast is undefined)."""
+    info = np.iinfo(dtype)
+    with np.errstate(invalid="ignore"):
+        return np.clip(np.trunc(np.nan_to_num(ref.astype(np.float64))), info.min, info.max).astype(dtype)
+
+
 def compare_one(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, precision: str) -> OutputCompare:
-    """Error of one output; NaN/inf must sit where the reference has them."""
+    """Error of one output; NaN/inf must sit where the reference has them.  An integer output
+    of a float reference (--output_type=UINT8 ...) is compared with the reference cast the
+    same way, to within one step (a value next to an integer can round either side of it)."""
+    if ref.dtype.kind == "f" and (got.dtype.kind in "iu"):
+        cast = _cast_like(ref, got.dtype)
+        g, r = got.astype(np.float64), cast.astype(np.float64)
+        max_abs = float(np.max(np.abs(g - r))) if r.size else 0.0
+        peak = float(np.max(np.abs(r))) if r.size else 0.0
+        tol = max(1.0, TOLERANCE[precision] * max(1.0, peak))
+        ok = tuple(got.shape) == tuple(ref.shape) and max_abs <= tol
+        return OutputCompare(name=name, reference_name=ref_name, dtype=str(got.dtype), precision=f"cast-{precision}",
+                             tolerance=tol, scale=1.0, max_abs_error=max_abs,
+                             max_rel_error=max_abs / peak if peak > 0 else 0.0, passed=ok,
+                             note="" if ok else "the integer output differs by more than one step")
     exact = ref.dtype == np.bool_ or np.issubdtype(ref.dtype, np.integer)
     if exact:
         label = "exact-after-fp16" if precision == "fp16" else "exact"
