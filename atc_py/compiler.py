@@ -80,15 +80,14 @@ def switches_from_env(options: AtcOptions) -> FusionSwitches:
 
 
 def apply_io_flags(graph: Graph, options: AtcOptions) -> dict:
-    """--insert_op_conf, --input_fp16_nodes and --output_type on the imported graph (before the
-    generic passes, so the inserted ops are folded, fused and priced like any other)."""
+    """--input_fp16_nodes and --output_type on the imported graph, before the generic passes
+    (so their Casts are folded, fused and priced like any other op)."""
     from atc_py import dtype_flags
     io: dict = {}
     aipp_inputs: frozenset = frozenset()
     if options.parsed.get("aipp"):
-        from atc_py.aipp_insert import insert_aipp_ops
-        io["aipp"] = insert_aipp_ops(graph, options.parsed["aipp"], options.input_format)
-        aipp_inputs = frozenset(io["aipp"])
+        from atc_py.aipp_insert import aipp_targets
+        aipp_inputs = frozenset(aipp_targets(graph, options.parsed["aipp"]))
     if options.input_fp16_nodes:
         io["input_fp16_nodes"] = dtype_flags.apply_input_fp16_nodes(graph, options.input_fp16_nodes, aipp_inputs)
     if options.output_type:
@@ -97,14 +96,17 @@ def apply_io_flags(graph: Graph, options: AtcOptions) -> dict:
 
 
 def prepare_graph(options: AtcOptions):
-    """Load, import, apply the I/O flags and run the generic passes; returns (graph, changes,
-    onnx node count, io)."""
+    """Load, import, apply the I/O flags, run the generic passes and insert the Aipp ops;
+    returns (graph, changes, onnx node count, io)."""
     model = load_model(options.model)
     shapes = parse_input_shape(options.input_shape) if options.input_shape else {}
     graph = import_model(model, shapes, options.input_format)
     apply_out_nodes(graph, options.out_nodes)
     io = apply_io_flags(graph, options)
     changes = run_generic(graph)
+    if options.parsed.get("aipp"):        # after folding: AIPP feeds the model as it runs
+        from atc_py.aipp_insert import insert_aipp_ops
+        io["aipp"] = insert_aipp_ops(graph, options.parsed["aipp"], options.input_format)
     return graph, changes, len(model.graph.node), io
 
 

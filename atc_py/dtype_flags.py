@@ -19,10 +19,13 @@ from typing import Optional
 
 import numpy as np
 
-from atc_py.options import OUTPUT_TYPES
 from ge.errors import AtcError, invalid_param
 from ge.ir import Graph, Node, TensorDesc, Value
 
+# Output types ATC documents for --output_type and the numpy dtype each becomes.
+OUTPUT_TYPES = {"FP32": "float32", "FP16": "float16", "UINT8": "uint8", "INT8": "int8", "UINT16": "uint16",
+                "INT16": "int16", "UINT32": "uint32", "INT32": "int32", "UINT64": "uint64", "INT64": "int64",
+                "DOUBLE": "float64"}
 # numpy dtype -> ONNX TensorProto element type (Cast's `to` attribute)
 _ONNX_TYPE = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8): 3, np.dtype(np.uint16): 4,
               np.dtype(np.int16): 5, np.dtype(np.int32): 6, np.dtype(np.int64): 7, np.dtype(np.float16): 10,

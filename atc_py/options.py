@@ -23,10 +23,6 @@ PRECISION_MODE_ALIASES = {"allow_mix_precision_fp16": "allow_mix_precision", "cu
 PRECISION_MODE_V2 = {"fp16": "force_fp16", "origin": "must_keep_origin_dtype", "mixed_float16": "allow_mix_precision",
                      "cube_fp16in_fp32out": "force_fp32"}
 IMPL_MODES = ("high_performance", "high_precision", "high_performance_for_all", "high_precision_for_all")
-# Output types ATC documents for --output_type and the numpy dtype each becomes.
-OUTPUT_TYPES = {"FP32": "float32", "FP16": "float16", "UINT8": "uint8", "INT8": "int8", "UINT16": "uint16",
-                "INT16": "int16", "UINT32": "uint32", "INT32": "int32", "UINT64": "uint64", "INT64": "int64",
-                "DOUBLE": "float64"}
 
 
 # Tuning, memory and debug options of ATC that change nothing in a simulated build: accepted

@@ -22,8 +22,9 @@ from typing import Callable, Optional
 import numpy as np
 
 from codegen.om_builder import compute_dtype
-from codegen.ops.common import FLOAT_TYPES
-from codegen.ops.registry import OpKind, get_op
+from codegen.registry import kernel_of
+from ge.ops.common import FLOAT_TYPES
+from ge.ops.registry import OpKind
 from ge.errors import AtcWarning
 from ge.ir import Graph, Node
 
@@ -51,9 +52,9 @@ NUMERIC_MODES = {"high_precision": "high_precision", "high_performance": "high_p
 def type_names(op_type: str) -> set:
     """The names an op type answers to: ONNX type, .om (Ascend IR) type, aliases."""
     names = {op_type}
-    op = get_op(op_type)
-    if op is not None:
-        names.add(op.om_type)
+    kernel = kernel_of(op_type)
+    if kernel is not None:
+        names.add(kernel.om_type)
     for name in list(names):
         names.update(TYPE_ALIASES.get(name, ()))
     return names
@@ -105,8 +106,8 @@ class PrecisionPlan:
             entry = self.kernels.get(node.name)
             if entry is None or not entry.changed:
                 continue
-            op = get_op(node.op_type)
-            rows.append({"kernel": node.name, "op_type": op.om_type if op else node.op_type,
+            kernel = kernel_of(node.op_type)
+            rows.append({"kernel": node.name, "op_type": kernel.om_type if kernel else node.op_type,
                          "dtype_before": str(entry.base_dtype), "dtype": str(entry.dtype),
                          "impl_mode": entry.impl_mode, "flags": list(entry.reasons),
                          "origin_ops": node.origin})
@@ -218,10 +219,13 @@ def plan_precision(graph: Graph, origin_types: dict, options) -> PrecisionPlan:
                               {t.strip(): (None, global_impl) for t in options.optypelist_for_implmode.split(",")})
 
     for node in graph.nodes:
-        if not _is_float_kernel(node) or get_op(node.op_type).no_task:
+        if not _is_float_kernel(node) or kernel_of(node.op_type).no_task:
             continue
         types = covered_types(node, origin_types)
         base = compute_dtype(node, mode)
+        if node.op_type == "Aipp":        # the AIPP unit writes float16 whatever the mode
+            plan.kernels[node.name] = KernelPrecision(np.dtype(np.float16), np.dtype(np.float16))
+            continue
         entry = KernelPrecision(base, base)
         if mix_m is not None:
             _apply_mixlist(node, types, entry, mix_m)
@@ -258,7 +262,7 @@ def _apply_mixlist(node: Node, types: set, entry: KernelPrecision, lists: dict) 
     elif white:
         entry.dtype = np.dtype(np.float16)
         entry.reasons.append(white[0])
-    elif off_white and get_op(node.op_type).node_kind(node.attrs) == OpKind.OUT_EWISE_FUSABLE:
+    elif off_white and kernel_of(node.op_type).op.node_kind(node.attrs) == OpKind.OUT_EWISE_FUSABLE:
         entry.dtype = _model_dtype(node)
         entry.reasons.append(off_white[0])
 

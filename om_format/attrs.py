@@ -23,6 +23,9 @@ list of lists of int       ``list_list_int``
 list of lists of float     ``list_list_float`` (Netron cannot show it)
 TensorDescriptor/GraphDef  ``td`` / ``g`` / ``func``, passed through
 /NamedAttrs message
+dict (str keys)            ``func``: NamedAttrs whose ``attr`` map holds the
+                           values (GE's form for grouped attributes such as
+                           the Aipp op's ``aipp``); comes back as a dict
 =========================  =================================================
 
 A list mixing ints and floats is stored as floats.  ``s`` read from a foreign file that is
@@ -215,6 +218,11 @@ def to_attr(value: Any) -> AttrDef:
         attr.g.CopyFrom(value)
     elif isinstance(value, NamedAttrs):
         attr.func.CopyFrom(value)
+    elif isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("a dict attribute needs string keys")
+        attr.func.SetInParent()
+        set_attrs(attr.func.attr, value)
     elif kind == "list":
         values = list(value)
         if values and all(isinstance(v, (list, tuple)) for v in values):
@@ -301,7 +309,9 @@ def from_attr(attr: AttrDef, weights: Optional[bytes] = None) -> Any:
         return [[int(x) for x in v.list_i] for v in attr.list_list_int.list_list_i]
     if which == "list_list_float":
         return [[float(x) for x in v.list_f] for v in attr.list_list_float.list_list_f]
-    return getattr(attr, which)  # td, g, func: the message itself
+    if which == "func":
+        return get_attrs(attr.func.attr, weights)
+    return getattr(attr, which)  # td, g: the message itself
 
 
 def set_attrs(attr_map, values: Mapping[str, Any]) -> None:

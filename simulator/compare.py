@@ -180,7 +180,21 @@ def compare_outputs(graph: Graph, outputs: dict, reference: dict, compute_dtypes
     return results
 
 
+def onnx_feeds(graph: Graph, feeds: dict) -> dict:
+    """What the ONNX model takes for the .om's feeds: a raw image an Aipp op reads goes through
+    the same preprocessing, in float32 (codegen/aipp.py), before onnxruntime."""
+    from codegen.aipp import OP_TYPE, preprocess
+    out = dict(feeds)
+    for value in graph.inputs:
+        aipp = [node for node, _ in value.uses if node.op_type == OP_TYPE]
+        if aipp and value.name in feeds:
+            model_input = aipp[0].outputs[0]
+            out[value.name] = preprocess(feeds[value.name], aipp[0].attrs, round_fp16=False).astype(
+                model_input.desc.dtype)
+    return out
+
+
 def compare_with_onnx(onnx_path: str, graph: Graph, feeds: dict, outputs: dict,
                       compute_dtypes: dict, reference: Optional[dict] = None) -> list:
-    reference = reference if reference is not None else run_onnxruntime(onnx_path, feeds)
+    reference = reference if reference is not None else run_onnxruntime(onnx_path, onnx_feeds(graph, feeds))
     return compare_outputs(graph, outputs, reference, compute_dtypes)

@@ -108,8 +108,9 @@ def _int_high(value: Value) -> int:
 def random_inputs(graph: Graph, seed: int = 0) -> dict:
     """Seeded inputs of the model's shapes and dtypes.  Floats: standard normal.  Inputs whose
     name contains "mask": ones (a random mask is rarely meaningful, and big negative
-    additive masks overflow fp16).  Other ints: uniform in [0, min(10, rows of the
-    embedding table they index)).  Bools: random."""
+    additive masks overflow fp16).  Raw images of an Aipp op: uniform bytes [0, 255].
+    Other ints: uniform in [0, min(10, rows of the embedding table they index)).  Bools:
+    random."""
     if not 0 <= seed < 1 << 63:
         raise AtcError("E10013", f"Value [{seed}] for --seed is out of range [0, 2^63).", "Pass --seed=0 or more.")
     rng = np.random.default_rng(seed)
@@ -120,6 +121,8 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict:
             feeds[value.name] = np.ones(shape, dtype)
         elif dtype == np.bool_:
             feeds[value.name] = rng.integers(0, 2, size=shape, dtype=np.uint8).view(np.bool_)
+        elif dtype == np.uint8 and any(node.op_type == "Aipp" for node, _ in value.uses):
+            feeds[value.name] = rng.integers(0, 256, size=shape, dtype=np.uint8)
         elif np.issubdtype(dtype, np.integer):
             feeds[value.name] = rng.integers(0, _int_high(value), size=shape, dtype=dtype)
         elif dtype in (np.float32, np.float64):   # drawn in their own dtype: no float64 copy first

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import cli
-from ge.om_import import load_om_graph
+from codegen.om_import import load_om_graph
 from simulator import cli as sim_cli
 
 import models_small

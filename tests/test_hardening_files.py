@@ -172,7 +172,7 @@ def test_f5_sim_writes_everything_when_it_succeeds(built, tmp_path, capsys):
     rc, text = _sim(capsys, "--model", om, "--output", tmp_path / "out", "--profile", tmp_path / "prof",
                     "--outfmt", "BIN")
     assert rc == 0, text
-    assert sorted(os.listdir(tmp_path / "prof")) == ["msprof_0.json", "op_summary_0.csv"]
+    assert sorted(os.listdir(tmp_path / "prof")) == ["msprof_0.json", "op_statistic_0.csv", "op_summary_0.csv"]
     assert "summary.json" in os.listdir(tmp_path / "out") and len(os.listdir(tmp_path / "out")) >= 2
     assert leftovers(str(tmp_path)) == []
 

@@ -108,8 +108,11 @@ def test_attr_wire_choices():
     assert to_attr([1, 2.5]).list.f == [1.0, 2.5]
     assert to_attr([1, 2]).list.val_type == schema.ListValueType.VT_LIST_INT
     assert from_attr(AttrDef()) is None
+    nested = {"input_format": "RGB888_U8", "crop": True, "mean_chn_0": 104, "var_reci_chn_0": 0.5}
+    assert to_attr(nested).WhichOneof("value") == "func"             # GE's NamedAttrs (the Aipp op's `aipp`)
+    assert from_attr(AttrDef.FromString(to_attr(nested).SerializeToString())) == nested
     with pytest.raises(TypeError):
-        to_attr({"a": 1})
+        to_attr({1: 1})
     with pytest.raises(TypeError):
         to_attr([1, "a"])
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from ge.om_import import load_om_graph
+from codegen.om_import import load_om_graph
 
 import models_small
 from test_atc_flags import atc, base, failed, run_sim, work  # noqa: F401  (fixtures)
