@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from codegen.registry import kernel_by_om_type
-from ge.errors import AtcError, om_format_error
+from ge.errors import AtcError, InternalError, om_format_error
 from ge.ir import Graph, Node, TensorDesc, Value
 from ge.files import read_input
 from ge.limits import MAX_TENSOR_BYTES, current_budget, too_large
@@ -131,7 +131,7 @@ def _check_types(node: Node, op: OpDef) -> None:
     except Exception as exc:   # AtcError or whatever a rule raises on attributes it never expected
         message = exc.message if isinstance(exc, AtcError) else f"{type(exc).__name__}: {exc}"
         raise _bad(f"Op [{node.name}] ({node.op_type}) does not accept its recorded inputs and "
-                   f"attributes: {message}")
+                   f"attributes: {message}") from exc
     if len(inferred) < len(node.outputs):
         raise _bad(f"Op [{node.name}] ({node.op_type}) records {len(node.outputs)} outputs, "
                    f"the kernel produces {len(inferred)}.")
@@ -226,8 +226,8 @@ def _build_graph(opened: OpenedOm) -> LoadedOm:
                 value.name = name
     try:
         graph.verify(require_types=True)
-    except AssertionError as exc:
-        raise _bad(f"The model graph is inconsistent: {exc}.")
+    except InternalError as exc:       # for a graph read from a file, a broken invariant is the file's
+        raise _bad(f"The model graph is inconsistent: {exc.message}.") from exc
     task_def = opened.task_def
     tasks = [t.op_name for t in task_def.task] if task_def is not None else []
     known = {n.name for n in graph.nodes}

@@ -3,8 +3,15 @@
 Every user mistake surfaces as an `AtcError`; the CLI prints it the way ATC does and
 exits non-zero.  Codes follow ATC's families: E10xxx for parameters and inputs,
 E16xxx for graph problems found while parsing, E19999 for internal errors.
+
+Who decides which: an op's shape rule or kernel raises `InvalidNode` (E16004) when the
+node's attributes or input shapes are wrong -- the user's model.  Any other exception out
+of a rule or kernel is a bug in atc_py: the stage that called it raises `InternalError`
+(E19999) naming the node, `from` the original exception, never the reverse.
 """
 from __future__ import annotations
+
+import copy
 
 from om_format.errors import OmFormatError
 
@@ -23,6 +30,14 @@ class AtcError(Exception):
         if self.solution:
             text += f"\n        Solution: {self.solution}"
         return text
+
+
+class InvalidNode(AtcError):
+    """E16004: a node's attributes or input shapes are invalid for its op.  Shape rules and
+    kernels raise it for what the model got wrong; the caller names the node (`at_node`)."""
+
+    def __init__(self, message: str, solution: str = "Check the node's attributes and input shapes."):
+        super().__init__("E16004", message, solution)
 
 
 class InternalError(AtcError):
@@ -44,17 +59,21 @@ def invalid_param(value, param: str, reason: str, solution: str = "") -> AtcErro
                     solution or f"Try 'atc --help' for the values {param} accepts.")
 
 
-def invalid_attr(op_type: str, attr: str, value, reason: str, solution: str = "") -> AtcError:
+def invalid_attr(op_type: str, attr: str, value, reason: str, solution: str = "") -> InvalidNode:
     """E16004: a node attribute the converter cannot honour (a graph problem, not a CLI one)."""
-    return AtcError("E16004", f"Op [{op_type}] has attribute [{attr}] = [{value}] which is invalid. "
-                    f"Reason: {reason}", solution or f"Fix the {op_type} node in the ONNX model or re-export it.")
+    return InvalidNode(f"Op [{op_type}] has attribute [{attr}] = [{value}] which is invalid. Reason: {reason}",
+                       solution or f"Fix the {op_type} node in the ONNX model or re-export it.")
 
 
 def at_node(err: AtcError, name: str, op_type: str) -> AtcError:
-    """The same error, saying which node it came from (kernels do not know their node)."""
+    """The same error (same class and code), saying which node it came from (kernels do not
+    know their node)."""
     if f"[{name}]" in err.message:
         return err
-    return AtcError(err.code, f"Node [{name}] ({op_type}): {err.message}", err.solution)
+    named = copy.copy(err)
+    named.message = f"Node [{name}] ({op_type}): {err.message}"
+    named.args = (f"{err.code}: {named.message}",)
+    return named
 
 
 OM_SOLUTION = "The file is not a valid .om model or is damaged: regenerate it with atc."

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ge.errors import AtcError
+from ge.errors import AtcError, InternalError
 
 Shape = tuple  # a tuple of ints once shapes are fixed; str entries mark symbolic dims
 
@@ -103,7 +103,7 @@ class Node:
             self.append_input(value)
         for i, value in enumerate(outputs):
             if value.producer is not None:
-                raise ValueError(f"value {value.name} already has producer {value.producer.name}")
+                raise InternalError(f"value {value.name} already has producer {value.producer.name}", name)
             value.producer, value.index = self, i
             self.outputs.append(value)
 
@@ -209,7 +209,7 @@ class Graph:
         """Remove a node whose outputs are no longer used."""
         for value in node.outputs:
             if value.uses or value.is_graph_output:
-                raise ValueError(f"cannot remove {node.name}: output {value.name} still used")
+                raise InternalError(f"cannot remove {node.name}: output {value.name} still used", node.name)
         node.detach()
         self.nodes.remove(node)
         node.graph = None
@@ -325,33 +325,49 @@ class Graph:
         self.nodes = order
 
     def verify(self, require_types: bool = True) -> None:
-        """Check the invariants every pass must keep; raise AssertionError on a broken one."""
+        """Check the invariants every pass must keep; raise InternalError (E19999) on a broken one
+        (not `assert`: the check must hold under `python -O` too)."""
         in_graph = {id(n) for n in self.nodes}
         defined = {id(v) for v in self.inputs}
         names: set[str] = set()
         for node in self.nodes:
-            assert node.graph is self, f"{node.name}: graph back-pointer wrong"
-            assert node.name not in names, f"duplicate node name {node.name}"
+            if node.graph is not self:
+                _broken(f"{node.name}: graph back-pointer wrong")
+            if node.name in names:
+                _broken(f"duplicate node name {node.name}")
             names.add(node.name)
             for i, value in enumerate(node.inputs):
                 if value is None:
                     continue
-                assert (node, i) in value.uses, f"{node.name} input {i} missing from uses of {value.name}"
+                if (node, i) not in value.uses:
+                    _broken(f"{node.name} input {i} missing from uses of {value.name}")
                 if value.producer is None:
-                    assert value.is_const or id(value) in defined, \
-                        f"{node.name} reads {value.name}, which is neither input, constant nor produced"
+                    if not (value.is_const or id(value) in defined):
+                        _broken(f"{node.name} reads {value.name}, which is neither input, constant nor produced")
                 else:
-                    assert id(value.producer) in in_graph, f"{node.name} reads {value.name} of a removed node"
-                    assert id(value) in defined, f"{node.name} reads {value.name} before it is produced"
+                    if id(value.producer) not in in_graph:
+                        _broken(f"{node.name} reads {value.name} of a removed node")
+                    if id(value) not in defined:
+                        _broken(f"{node.name} reads {value.name} before it is produced")
             for i, value in enumerate(node.outputs):
-                assert value.producer is node and value.index == i, f"{value.name}: producer link wrong"
+                if not (value.producer is node and value.index == i):
+                    _broken(f"{value.name}: producer link wrong")
                 defined.add(id(value))
                 for user, j in value.uses:
-                    assert id(user) in in_graph, f"{value.name} used by removed node {user.name}"
-                    assert user.inputs[j] is value, f"{value.name}: stale use by {user.name}[{j}]"
+                    if id(user) not in in_graph:
+                        _broken(f"{value.name} used by removed node {user.name}")
+                    if user.inputs[j] is not value:
+                        _broken(f"{value.name}: stale use by {user.name}[{j}]")
         for value in self.outputs:
-            assert id(value) in defined or value.is_const, f"graph output {value.name} is not produced"
+            if not (id(value) in defined or value.is_const):
+                _broken(f"graph output {value.name} is not produced")
         if require_types:
             for value in self.values():
-                assert value.desc.dtype is not None, f"{value.name} has no dtype"
-                assert value.desc.is_static(), f"{value.name} has no static shape: {value.desc.shape}"
+                if value.desc.dtype is None:
+                    _broken(f"{value.name} has no dtype")
+                if not value.desc.is_static():
+                    _broken(f"{value.name} has no static shape: {value.desc.shape}")
+
+
+def _broken(message: str) -> None:
+    raise InternalError(f"IR invariant broken: {message}")

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from codegen.registry import kernel_of
-from ge.errors import AtcError, at_node
+from ge.errors import AtcError, InternalError, at_node
 from ge.ir import Graph, Node
 from ge.limits import tensor_bytes
 from ge.ops.common import FLOAT_TYPES
@@ -95,17 +95,17 @@ def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.
         try:
             results = op.compute(args, node.attrs)
         except AtcError as err:
-            raise at_node(err, node.name, node.op_type)
-        except Exception as exc:   # attributes or inputs the kernel cannot handle: name the kernel
-            raise AtcError("E19999", f"Kernel [{node.name}] ({node.op_type}) failed: {type(exc).__name__}: "
-                           f"{exc}", "Report this model.") from exc
+            raise at_node(err, node.name, node.op_type) from err
+        except Exception as exc:   # a kernel says InvalidNode for the model's mistakes: this is ours
+            raise InternalError(f"Kernel [{node.name}] ({node.op_type}) failed: {type(exc).__name__}: {exc}",
+                                node.name) from exc
         if on_kernel is not None:
             on_kernel(node)
         for value, result in zip(node.outputs, results):
             result = np.asarray(result)
             if tuple(result.shape) != tuple(value.desc.shape):
-                raise AtcError("E19999", f"Kernel [{node.name}] ({node.op_type}) produced shape {list(result.shape)} "
-                               f"for [{value.name}], expected {list(value.desc.shape)}.", "Report this model.")
+                raise InternalError(f"Kernel [{node.name}] ({node.op_type}) produced shape {list(result.shape)} "
+                                    f"for [{value.name}], expected {list(value.desc.shape)}.", node.name)
             if remaining_uses.get(id(value), 0) or id(value) in keep:   # an unread output is dropped
                 env[id(value)] = result
         for v in node.inputs:   # free what no later kernel reads

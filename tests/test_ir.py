@@ -2,7 +2,11 @@
 import numpy as np
 import pytest
 
-from ge.errors import AtcError
+import os
+import subprocess
+import sys
+
+from ge.errors import AtcError, InternalError
 from ge.ir import Graph, TensorDesc
 
 
@@ -28,7 +32,7 @@ def test_uses_follow_set_input_and_replace():
 
 def test_remove_used_node_refused():
     g, x, a, b = _chain()
-    with pytest.raises(ValueError):
+    with pytest.raises(InternalError):
         g.remove_node(a)
 
 
@@ -46,8 +50,45 @@ def test_topological_sort_and_cycle():
 def test_verify_catches_stale_use():
     g, x, a, b = _chain()
     b.inputs[0] = x   # edited by hand: the use-list no longer agrees
-    with pytest.raises(AssertionError):
+    with pytest.raises(InternalError) as err:
         g.verify()
+    assert err.value.code == "E19999" and "stale use" in err.value.message
+
+
+_UNDER_O = """
+import numpy as np
+from ge.errors import InternalError
+from ge.ir import Graph, TensorDesc
+from fusion_passes.base import fuse
+assert False, "python -O strips this assert"
+g = Graph("g")
+x = g.new_value("x", TensorDesc(np.dtype(np.float32), (2,)))
+g.inputs.append(x)
+a = g.make_node("Relu", [x], descs=[TensorDesc(np.dtype(np.float32), (2,))])
+b = g.make_node("Neg", [a.outputs[0]], descs=[TensorDesc(np.dtype(np.float32), (2,))])
+g.outputs = [b.outputs[0], a.outputs[0]]
+caught = []
+b.inputs[0] = x
+try:
+    g.verify()
+except InternalError as err:
+    caught.append(err.code)
+b.inputs[0] = a.outputs[0]
+try:                    # Relu's output is a graph output: fusing would hide it
+    fuse(g, [a, b], "ReluNeg", [x], [b.outputs[0]], {}, "test")
+except InternalError as err:
+    caught.append(err.code)
+print(" ".join(caught))
+"""
+
+
+def test_structural_checks_survive_python_O():
+    """The checks that guard the IR and fuse() are raises, not asserts: -O keeps them."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-O", "-c", _UNDER_O], cwd=root, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=root))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["E19999", "E19999"]
 
 
 def test_clone_is_independent_and_shares_constants():

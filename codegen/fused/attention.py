@@ -19,7 +19,7 @@ import numpy as np
 from codegen.registry import register
 from codegen.work import Work
 from ge.ops.registry import OpDef, OpKind, TensorType
-from ge.errors import AtcError
+from ge.errors import AtcError, InvalidNode
 
 OP_TYPE = "MultiHeadAttentionFusionOp"
 MASK_KINDS = ("none", "add", "where_causal")
@@ -30,12 +30,12 @@ def _dims(x_shape, w_shape, b_shape, attrs):
     heads, head_dim = int(attrs["num_heads"]), int(attrs["head_dim"])
     width = 3 * heads * head_dim
     if len(x_shape) != 3 or tuple(w_shape) != (x_shape[2], width) or tuple(b_shape) != (width,):
-        raise AtcError("E16004", f"{OP_TYPE}: x {tuple(x_shape)}, Wqkv {tuple(w_shape)}, bqkv "
-                       f"{tuple(b_shape)} do not fit num_heads={heads}, head_dim={head_dim}",
-                       "x must be [B,S,hidden], Wqkv [hidden, 3*H*D] and bqkv [3*H*D].")
+        raise InvalidNode(f"{OP_TYPE}: x {tuple(x_shape)}, Wqkv {tuple(w_shape)}, bqkv "
+                          f"{tuple(b_shape)} do not fit num_heads={heads}, head_dim={head_dim}",
+                          "x must be [B,S,hidden], Wqkv [hidden, 3*H*D] and bqkv [3*H*D].")
     if attrs.get("mask_kind", "none") not in MASK_KINDS:
-        raise AtcError("E16004", f"{OP_TYPE}: mask_kind [{attrs.get('mask_kind')}] is not one of "
-                       f"{MASK_KINDS}", "Use one of the supported mask kinds.")
+        raise InvalidNode(f"{OP_TYPE}: mask_kind [{attrs.get('mask_kind')}] is not one of "
+                          f"{MASK_KINDS}", "Use one of the supported mask kinds.")
     return int(x_shape[0]), int(x_shape[1]), int(x_shape[2]), heads, head_dim
 
 
@@ -66,15 +66,15 @@ def infer(inputs, attrs):
     batch, seq, _, heads, head_dim = _dims(x.shape, w.shape, b.shape, attrs)
     if attrs.get("mask_kind", "none") != "none":
         if len(inputs) < 4 or inputs[3] is None:
-            raise AtcError("E16004", f"{OP_TYPE}: mask_kind {attrs['mask_kind']} needs a mask input",
-                           "Give the mask tensor as the fourth input.")
+            raise InvalidNode(f"{OP_TYPE}: mask_kind {attrs['mask_kind']} needs a mask input",
+                              "Give the mask tensor as the fourth input.")
         try:
             ok = np.broadcast_shapes(tuple(inputs[3].shape), (batch, heads, seq, seq)) == (batch, heads, seq, seq)
         except ValueError:
             ok = False
         if not ok:
-            raise AtcError("E16004", f"{OP_TYPE}: mask {tuple(inputs[3].shape)} does not broadcast to "
-                           f"the scores {(batch, heads, seq, seq)}", "Give a [B|1,H|1,S|1,S] mask.")
+            raise InvalidNode(f"{OP_TYPE}: mask {tuple(inputs[3].shape)} does not broadcast to "
+                              f"the scores {(batch, heads, seq, seq)}", "Give a [B|1,H|1,S|1,S] mask.")
     return [TensorType(np.dtype(x.dtype), (batch, seq, heads * head_dim))]
 
 

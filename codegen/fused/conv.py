@@ -44,7 +44,7 @@ import numpy as np
 from codegen.registry import kernel_of, register
 from codegen.work import Work
 from ge.ops.registry import OpDef, OpKind, TensorType, get_op
-from ge.errors import AtcError
+from ge.errors import AtcError, InvalidNode
 
 ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSwish", "SiLU", "Tanh")
 CONV_ATTR_NAMES = ("kernel_shape", "pads", "strides", "dilations", "group", "auto_pad")
@@ -115,9 +115,9 @@ def _conv_block_type(inputs: Sequence[Optional[TensorType]], attrs: dict, res_sl
     if attrs.get("residual_conv"):
         side = get_op("Conv").infer(list(inputs[res_slot:res_slot + 2]), residual_conv_attrs(attrs))[0]
         if tuple(side.shape) != tuple(out.shape):
-            raise AtcError("E16004", f"the residual conv output {list(side.shape)} differs from the main conv "
-                           f"output {list(out.shape)}", "Both convolutions of a residual-conv kernel must "
-                           "produce the same shape.")
+            raise InvalidNode(f"the residual conv output {list(side.shape)} differs from the main conv "
+                              f"output {list(out.shape)}", "Both convolutions of a residual-conv kernel must "
+                              "produce the same shape.")
     return out
 
 
@@ -154,8 +154,8 @@ def _permuted(shape: tuple, attrs: dict) -> tuple:
     view = tuple(int(d) for d in attrs["output_shape"])
     perm = [int(p) for p in attrs["output_perm"]]
     if int(np.prod(view, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)) or sorted(perm) != list(range(len(view))):
-        raise AtcError("E16004", f"cannot store a conv block of shape {list(shape)} as {list(view)} permuted by {perm}",
-                       "output_shape must hold the block's elements and output_perm be a permutation of its axes.")
+        raise InvalidNode(f"cannot store a conv block of shape {list(shape)} as {list(view)} permuted by {perm}",
+                          "output_shape must hold the block's elements and output_perm be a permutation of its axes.")
     return tuple(view[p] for p in perm)
 
 

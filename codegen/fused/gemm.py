@@ -19,7 +19,7 @@ from codegen.registry import kernel_of, register
 from codegen.work import Work
 from ge.ops.nn import matmul_shape
 from ge.ops.registry import OpDef, OpKind, TensorType, get_op
-from ge.errors import AtcError
+from ge.errors import AtcError, InvalidNode
 
 # activation attr -> (ONNX op whose kernel computes it, its attributes)
 ACTIVATIONS = {
@@ -74,8 +74,8 @@ def gemm_compute(inputs, act: str = ""):
 def gemm_infer(inputs, attrs):
     x, w = inputs[0], inputs[1]
     if len(w.shape) != 2:
-        raise AtcError("E16004", f"Fused GEMM weight must be 2-D, got {tuple(w.shape)}.",
-                       "Recompile the model with this version of atc_py.")
+        raise InvalidNode(f"Fused GEMM weight must be 2-D, got {tuple(w.shape)}.",
+                          "Recompile the model with this version of atc_py.")
     return [TensorType(np.dtype(x.dtype), matmul_shape(x.shape, w.shape))]
 
 

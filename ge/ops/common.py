@@ -5,6 +5,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ge.errors import InvalidNode
 from ge.ops.registry import TensorType
 
 # The float dtypes a precision mode may move a tensor between (the compute dtype of a kernel
@@ -14,7 +15,11 @@ FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 
 def broadcast_shape(*shapes: Sequence[int]) -> tuple:
     """Numpy/ONNX multidirectional broadcasting of static shapes."""
-    return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise InvalidNode(f"input shapes {[list(s) for s in shapes]} do not broadcast to one shape",
+                          "Check the shapes of the node's inputs.") from None
 
 
 def normalize_axis(axis: int, rank: int) -> int:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from ge.ops.registry import OpDef, OpKind, TensorType, register
-from ge.errors import AtcError
+from ge.errors import AtcError, InvalidNode
 
 
 def _err(message: str) -> AtcError:
-    return AtcError("E16004", f"GatherND: {message}", "Check the node's inputs and attributes.")
+    return InvalidNode(f"GatherND: {message}", "Check the node's inputs and attributes.")
 
 
 def _gather_nd_shape(data_shape, indices_shape, batch_dims: int) -> tuple:

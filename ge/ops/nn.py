@@ -16,28 +16,38 @@ import math
 import numpy as np
 
 from ge.ops.registry import OpDef, OpKind, TensorType, register
-from ge.errors import AtcError, invalid_attr
+from ge.errors import AtcError, InvalidNode, invalid_attr
 
 # -- shared geometry of sliding-window ops ------------------------------------------------
 
 
 def _per_axis(attrs: dict, name: str, n: int, default: int) -> list:
+    """Attribute `name` with one int per spatial axis (`default` on each when absent)."""
     value = attrs.get(name)
     if value is None or (hasattr(value, "__len__") and len(value) == 0):
         return [default] * n
     value = [int(v) for v in np.atleast_1d(value)]
     if len(value) != n:
-        raise AtcError("E16004", f"attribute [{name}] has {len(value)} values, the op has {n} "
-                       "spatial axes", "Give one value per spatial axis.")
+        raise InvalidNode(f"attribute [{name}] has {len(value)} values, the op has {n} "
+                          "spatial axes", "Give one value per spatial axis.")
     return value
+
+
+def _steps(attrs: dict, nd: int) -> tuple:
+    """(strides, dilations) of a sliding window op; each must be at least 1."""
+    strides = _per_axis(attrs, "strides", nd, 1)
+    dilations = _per_axis(attrs, "dilations", nd, 1)
+    if any(v < 1 for v in strides + dilations):
+        raise InvalidNode(f"strides {strides} and dilations {dilations} must be at least 1",
+                          "Use positive strides and dilations.")
+    return strides, dilations
 
 
 def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False):
     """Pads (begin, end) and output sizes of a sliding window op, following auto_pad.
     For ceil_mode, the extra end padding needed by the last window is `extra`."""
     nd = len(in_spatial)
-    strides = _per_axis(attrs, "strides", nd, 1)
-    dilations = _per_axis(attrs, "dilations", nd, 1)
+    strides, dilations = _steps(attrs, nd)
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if isinstance(auto_pad, bytes):
         auto_pad = auto_pad.decode()
@@ -66,12 +76,12 @@ def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False):
                 o = (i + b + e - w) // s + 1
             out.append(o)
     else:
-        raise AtcError("E16004", f"auto_pad [{auto_pad}] is not supported",
-                       "Use NOTSET, SAME_UPPER, SAME_LOWER or VALID.")
+        raise InvalidNode(f"auto_pad [{auto_pad}] is not supported",
+                          "Use NOTSET, SAME_UPPER, SAME_LOWER or VALID.")
     if any(o <= 0 for o in out):
-        raise AtcError("E16004", f"window op output would be empty: input {tuple(in_spatial)}, "
-                       f"kernel {tuple(kernel)}, pads {begin + end}, strides {strides}",
-                       "Check kernel_shape, pads and strides against the input shape.")
+        raise InvalidNode(f"window op output would be empty: input {tuple(in_spatial)}, "
+                          f"kernel {tuple(kernel)}, pads {begin + end}, strides {strides}",
+                          "Check kernel_shape, pads and strides against the input shape.")
     extra = [max(0, (o - 1) * s + w - (i + b + e))
              for o, s, w, i, b, e in zip(out, strides, span, in_spatial, begin, end)]
     return begin, end, extra, out, strides, dilations
@@ -120,12 +130,14 @@ def _bias_shape(nd: int):
 
 def _conv_check(x_shape, w_shape, group):
     if len(x_shape) < 3 or len(w_shape) != len(x_shape):
-        raise AtcError("E16004", f"Conv input rank {len(x_shape)} and weight rank {len(w_shape)} "
-                       "must be equal and at least 3", "Use NCW, NCHW or NCDHW data.")
+        raise InvalidNode(f"Conv input rank {len(x_shape)} and weight rank {len(w_shape)} "
+                          "must be equal and at least 3", "Use NCW, NCHW or NCDHW data.")
+    if group < 1:
+        raise InvalidNode(f"Conv group {group} must be at least 1", "Fix the group attribute.")
     if x_shape[1] != w_shape[1] * group or w_shape[0] % group:
-        raise AtcError("E16004", f"Conv channels do not match: input C={x_shape[1]}, weight "
-                       f"{tuple(w_shape)}, group={group}",
-                       "Weight must be [C_out, C_in/group, k...] with C_out divisible by group.")
+        raise InvalidNode(f"Conv channels do not match: input C={x_shape[1]}, weight "
+                          f"{tuple(w_shape)}, group={group}",
+                          "Weight must be [C_out, C_in/group, k...] with C_out divisible by group.")
 
 
 _DEPTHWISE_BLOCK = 1 << 16   # output elements per channel block: keeps the tap loop in cache
@@ -233,8 +245,7 @@ register(OpDef("Conv", OpKind.OUT_EWISE_FUSABLE, conv_compute, conv_infer))
 def _convt_geometry(in_spatial, w_shape, attrs):
     nd = len(in_spatial)
     kernel = list(w_shape[2:])
-    strides = _per_axis(attrs, "strides", nd, 1)
-    dilations = _per_axis(attrs, "dilations", nd, 1)
+    strides, dilations = _steps(attrs, nd)
     opad = _per_axis(attrs, "output_padding", nd, 0)
     span = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
     full = [(i - 1) * s + w + op for i, s, w, op in zip(in_spatial, strides, span, opad)]
@@ -288,6 +299,10 @@ def conv_transpose_compute(inputs, attrs):
 def conv_transpose_infer(inputs, attrs):
     x, w = inputs[0], inputs[1]
     group = int(attrs.get("group", 1))
+    if len(x.shape) < 3 or len(w.shape) != len(x.shape) or group < 1 or x.shape[1] != w.shape[0]:
+        raise InvalidNode(f"ConvTranspose input {tuple(x.shape)} and weight {tuple(w.shape)} with group {group}: "
+                          "ranks must be equal and at least 3, group at least 1, and the weight's first "
+                          "dim the input's channels", "Weight must be [C_in, C_out/group, k...].")
     *_, out, _ = _convt_geometry(list(x.shape[2:]), w.shape, attrs)
     return [TensorType(np.dtype(x.dtype), (x.shape[0], w.shape[1] * group) + tuple(out))]
 
@@ -300,9 +315,9 @@ register(OpDef("ConvTranspose", OpKind.OUT_EWISE_FUSABLE, conv_transpose_compute
 
 def pool_kernel_shape(attrs, nd):
     kernel = attrs.get("kernel_shape")
-    if kernel is None or len(kernel) != nd:
-        raise AtcError("E16004", f"pooling needs kernel_shape with {nd} values, got {kernel}",
-                       "Set kernel_shape on the pooling node.")
+    if kernel is None or len(kernel) != nd or any(int(k) < 1 for k in kernel):
+        raise InvalidNode(f"pooling needs kernel_shape with {nd} values of at least 1, got {kernel}",
+                          "Set kernel_shape on the pooling node.")
     return [int(k) for k in kernel]
 
 
@@ -397,17 +412,17 @@ def matmul_shape(a, b) -> tuple:
     """numpy.matmul's output shape, including 1-D promotion and batch broadcasting."""
     a, b = tuple(a), tuple(b)
     if not a or not b:
-        raise AtcError("E16004", "MatMul inputs must have rank >= 1", "Check the MatMul inputs.")
+        raise InvalidNode("MatMul inputs must have rank >= 1", "Check the MatMul inputs.")
     a2 = (1,) + a if len(a) == 1 else a
     b2 = b + (1,) if len(b) == 1 else b
     if a2[-1] != b2[-2]:
-        raise AtcError("E16004", f"MatMul inner dimensions differ: {a} x {b}",
-                       "The last axis of A must equal the second-to-last axis of B.")
+        raise InvalidNode(f"MatMul inner dimensions differ: {a} x {b}",
+                          "The last axis of A must equal the second-to-last axis of B.")
     try:
         batch = tuple(int(d) for d in np.broadcast_shapes(a2[:-2], b2[:-2]))
     except ValueError:
-        raise AtcError("E16004", f"MatMul batch dimensions do not broadcast: {a} x {b}",
-                       "Make the leading axes of A and B broadcastable.") from None
+        raise InvalidNode(f"MatMul batch dimensions do not broadcast: {a} x {b}",
+                          "Make the leading axes of A and B broadcastable.") from None
     shape = batch + (a2[-2], b2[-1])
     if len(a) == 1:
         shape = shape[:-2] + shape[-1:]
@@ -432,13 +447,13 @@ register(OpDef("MatMul", OpKind.OUT_EWISE_FUSABLE, matmul_compute, matmul_infer)
 
 def gemm_dims(a_shape, b_shape, attrs):
     if len(a_shape) != 2 or len(b_shape) != 2:
-        raise AtcError("E16004", f"Gemm needs 2-D A and B, got {tuple(a_shape)} and "
-                       f"{tuple(b_shape)}", "Use MatMul for other ranks.")
+        raise InvalidNode(f"Gemm needs 2-D A and B, got {tuple(a_shape)} and "
+                          f"{tuple(b_shape)}", "Use MatMul for other ranks.")
     m, k = a_shape[::-1] if int(attrs.get("transA", 0)) else a_shape
     k2, n = b_shape[::-1] if int(attrs.get("transB", 0)) else b_shape
     if k != k2:
-        raise AtcError("E16004", f"Gemm inner dimensions differ: {k} vs {k2}",
-                       "Check transA/transB and the shapes of A and B.")
+        raise InvalidNode(f"Gemm inner dimensions differ: {k} vs {k2}",
+                          "Check transA/transB and the shapes of A and B.")
     return int(m), int(k), int(n)
 
 

@@ -2,7 +2,8 @@
 
 Config inputs (Reshape shape, Slice starts/ends/axes/steps, Pad pads, Resize scales/sizes,
 TopK k, ...) arrive as attributes (canonical form, see registry.py); compute and infer read
-only the attributes.  Float16 data is moved as is; Resize(linear) and Einsum compute in float32 and cast back.
+only the attributes.  Float16 data is moved as is; Resize(linear) and Einsum compute in
+float32 and cast back.
 """
 from __future__ import annotations
 
@@ -14,15 +15,18 @@ import numpy as np
 from ge.ops import common
 from ge.ops.common import broadcast_shape
 from ge.ops.registry import OpDef, OpKind, TensorType, register
-from ge.errors import AtcError
+from ge.errors import AtcError, InvalidNode
 
 
 def normalize_axis(axis: int, rank: int) -> int:
-    """common.normalize_axis, with an out-of-range axis reported as the user's mistake."""
+    """common.normalize_axis, with an out-of-range axis reported as the user's mistake (a
+    scalar has no axis at all)."""
+    if rank == 0:
+        raise InvalidNode(f"axis {axis} given for a scalar input", "Check the node's axis attributes.")
     try:
         return common.normalize_axis(axis, rank)
     except ValueError as exc:
-        raise AtcError("E16004", str(exc), "Check the node's axis attributes.") from None
+        raise InvalidNode(str(exc), "Check the node's axis attributes.") from None
 
 
 def normalize_axes(axes, rank: int) -> list:
@@ -30,7 +34,7 @@ def normalize_axes(axes, rank: int) -> list:
 
 
 def _err(op: str, message: str, solution: str = "Check the node's inputs and attributes.") -> AtcError:
-    return AtcError("E16004", f"{op}: {message}", solution)
+    return InvalidNode(f"{op}: {message}", solution)
 
 
 def _required(attrs: dict, name: str, op: str):
@@ -77,6 +81,8 @@ def reshape_shape(shape, attrs):
     if target is None:
         raise _err("Reshape", "the target shape is unknown", "Make the shape input constant.")
     allowzero = int(attrs.get("allowzero", 0))
+    if not allowzero and any(d == 0 and i >= len(shape) for i, d in enumerate(target)):
+        raise _err("Reshape", f"shape {target} copies a dim (0) the input {shape} does not have")
     out = [shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
     if out.count(-1) > 1:
         raise _err("Reshape", f"more than one -1 in shape {target}")
@@ -104,7 +110,7 @@ def squeeze_shape(shape, attrs):
     if axes is None or len(_int_list(axes)) == 0:
         return tuple(d for d in shape if d != 1)
     axes = normalize_axes(_int_list(axes), len(shape))
-    if any(shape[a] != 1 for a in axes):
+    if any(a >= len(shape) or shape[a] != 1 for a in axes):
         raise _err("Squeeze", f"axes {axes} of shape {shape} are not all 1")
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
@@ -170,6 +176,8 @@ _reg("Concat", OpKind.INJECTIVE, concat_compute, concat_infer)
 
 
 def _split_sizes(shape, attrs):
+    if not shape:
+        raise _err("Split", "the input is a scalar")
     axis = normalize_axis(int(attrs.get("axis", 0)), len(shape))
     dim = shape[axis]
     split = _int_list(attrs.get("split"))
@@ -211,6 +219,8 @@ def _slices(shape, attrs):
     index = [slice(None)] * len(shape)
     for start, end, axis, step in zip(starts, ends, axes, steps):
         axis = normalize_axis(axis, len(shape))
+        if axis >= len(shape):
+            raise _err("Slice", f"axis {axis} does not exist in the input of rank {len(shape)}")
         dim = shape[axis]
         if step == 0:
             raise _err("Slice", "a step is 0")
@@ -279,7 +289,7 @@ def _expand_shape(shape, attrs):
         raise _err("Expand", "the target shape is unknown", "Make the shape input constant.")
     try:
         return broadcast_shape(shape, target)
-    except ValueError:
+    except InvalidNode:
         raise _err("Expand", f"shape {shape} does not broadcast to {target}") from None
 
 
@@ -370,8 +380,8 @@ _reg("Size", OpKind.OPAQUE, lambda inputs, attrs: [np.array(inputs[0].size, dtyp
 
 def _value_dependent(op):
     def infer(inputs, attrs):
-        raise AtcError("E16004", f"{op}: the output shape depends on input values that are not "
-                       "constant", "Give the model static shapes (--input_shape) so the inputs fold.")
+        raise InvalidNode(f"{op}: the output shape depends on input values that are not "
+                          "constant", "Give the model static shapes (--input_shape) so the inputs fold.")
 
     return infer
 
@@ -457,8 +467,15 @@ def depth_to_space_compute(inputs, attrs):
     return [y.reshape(n, c // (b * b), h * b, w * b)]
 
 
+def _blocksize(attrs) -> int:
+    b = int(_required(attrs, "blocksize", "DepthToSpace/SpaceToDepth"))
+    if b < 1:
+        raise _err("DepthToSpace/SpaceToDepth", f"blocksize {b} must be at least 1")
+    return b
+
+
 def _d2s_shape(s, a):
-    b = int(_required(a, "blocksize", "DepthToSpace/SpaceToDepth"))
+    b = _blocksize(a)
     if len(s) != 4 or s[1] % (b * b):
         raise _err("DepthToSpace", f"input {s} is not NCHW with C divisible by {b * b}")
     return (s[0], s[1] // (b * b), s[2] * b, s[3] * b)
@@ -473,7 +490,7 @@ def space_to_depth_compute(inputs, attrs):
 
 
 def _s2d_shape(s, a):
-    b = int(_required(a, "blocksize", "DepthToSpace/SpaceToDepth"))
+    b = _blocksize(a)
     if len(s) != 4 or s[2] % b or s[3] % b:
         raise _err("SpaceToDepth", f"input {s} is not NCHW with H, W divisible by {b}")
     return (s[0], s[1] * b * b, s[2] // b, s[3] // b)
@@ -526,7 +543,10 @@ def onehot_infer(inputs, attrs):
     shape = list(inputs[0].shape)
     axis = normalize_axis(int(attrs.get("axis", -1)), len(shape) + 1)
     values = [t for t in inputs[1:] if t is not None][-1]
-    return _tt(values.dtype, shape[:axis] + [int(_scalar(attrs.get("depth")))] + shape[axis:])
+    depth = int(_scalar(_required(attrs, "depth", "OneHot")))
+    if depth < 0:
+        raise _err("OneHot", f"depth {depth} is negative")
+    return _tt(values.dtype, shape[:axis] + [depth] + shape[axis:])
 
 
 _reg("OneHot", OpKind.INJECTIVE, onehot_compute, onehot_infer, config_inputs=((1, "depth"),))
@@ -631,6 +651,8 @@ def resize_plan(shape, attrs):
             raise _err("Resize", f"sizes {sizes} must give one value per axis {axes}")
         policy = attrs.get("keep_aspect_ratio_policy", "stretch")
         policy = policy.decode() if isinstance(policy, bytes) else policy
+        if any(shape[a] == 0 for a in axes):
+            raise _err("Resize", f"sizes {sizes} cannot be reached from an empty input {shape}")
         ratios = [sizes[i] / shape[a] for i, a in enumerate(axes)]
         if policy in ("not_larger", "not_smaller"):
             r = min(ratios) if policy == "not_larger" else max(ratios)

@@ -61,7 +61,12 @@ def run_passes(graph: Graph, passes: Sequence[GraphPass]) -> list:
     check_order(passes, graph.properties)
     results = []
     for fpass in passes:
-        result = fpass.run(graph)
+        try:
+            result = fpass.run(graph)
+        except AtcError:
+            raise
+        except Exception as exc:   # a pass's own bug: say which pass, keep the cause
+            raise InternalError(f"pass {fpass.name} failed: {type(exc).__name__}: {exc}") from exc
         graph.properties.update(fpass.ensures)
         try:
             graph.topological_sort()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ge.errors import AtcError, at_node
+from ge.errors import AtcError, InternalError, InvalidNode, at_node
 from ge.ir import Graph, Node, TensorDesc
 from ge.limits import MAX_TENSOR_BYTES, Budget, current_budget, tensor_bytes, too_large
 from ge.ops.registry import OpDef, TensorType, get_op
@@ -68,8 +68,8 @@ def input_types(node: Node) -> list:
             continue
         desc = value.desc
         if desc.dtype is None or not desc.is_static():
-            raise AtcError("E19999", f"Input [{value.name}] of node [{node.name}] has no static type.",
-                           "Report this model: the inputs of every node must be typed after import.")
+            raise InternalError(f"input [{value.name}] has no static type: every input is typed after import",
+                                node.name)
         types.append(TensorType(np.dtype(desc.dtype), tuple(desc.shape)))
     return types
 
@@ -90,16 +90,17 @@ def _evaluate(node: Node, op: OpDef) -> list:
 
 
 def _output_types(node: Node, op: OpDef, foldable: bool) -> list:
-    """The node's output types, without computing its outputs."""
+    """The node's output types, without computing its outputs.  A rule says InvalidNode for
+    the model's mistakes; any other exception out of it is a bug in the rule (E19999)."""
     try:
         if foldable and op.infer_values is not None:
             return op.infer_values([v.const if v is not None else None for v in node.inputs], node.attrs)
         return op.infer(input_types(node), node.attrs)
     except AtcError as err:
-        raise at_node(err, node.name, node.op_type)
+        raise at_node(err, node.name, node.op_type) from err
     except Exception as exc:
-        raise AtcError("E16004", f"Shape inference of node [{node.name}] ({node.op_type}) failed: {exc}.",
-                       "Check the shapes of the node's inputs and its attributes.")
+        raise InternalError(f"the shape rule of {node.op_type} failed on inputs {_describe(node)} and attributes "
+                            f"{sorted(node.attrs)}: {type(exc).__name__}: {exc}", node.name) from exc
 
 
 def infer_and_fold(graph: Graph) -> int:
@@ -116,18 +117,18 @@ def infer_and_fold(graph: Graph) -> int:
         foldable = _foldable(node, op)
         types = _output_types(node, op, foldable)
         if len(types) < len(node.outputs):
-            raise AtcError("E16004", f"Node [{node.name}] ({node.op_type}) declares {len(node.outputs)} "
-                           f"outputs but produces {len(types)}.", "Check the model.")
+            raise InvalidNode(f"Node [{node.name}] ({node.op_type}) declares {len(node.outputs)} "
+                              f"outputs but produces {len(types)}.", "Check the model.")
         for value, ttype in zip(node.outputs, types):
             _check_shape(node, value, ttype, budget)
         if foldable and sum(tensor_bytes(t.shape, t.dtype) for t in types) <= _MAX_FOLDED_BYTES:
             try:
                 results = _evaluate(node, op)
             except AtcError as err:
-                raise at_node(err, node.name, node.op_type)
-            except Exception as exc:
-                raise AtcError("E16004", f"Constant folding of node [{node.name}] ({node.op_type}) failed: {exc}.",
-                               "Check the node's constant inputs and attributes.")
+                raise at_node(err, node.name, node.op_type) from err
+            except Exception as exc:   # its shape rule accepted these inputs: the kernel has a bug
+                raise InternalError(f"constant folding of {node.op_type} failed on inputs {_describe(node)} "
+                                    f"its shape rule accepts: {type(exc).__name__}: {exc}", node.name) from exc
             for value, result in zip(node.outputs, results):
                 value.producer = None
                 value.set_const(np.require(result, requirements="C"))  # keeps 0-d arrays 0-d
@@ -150,15 +151,18 @@ class InferShapesAndFoldConstants(GraphPass):
         return PassResult(self.name, infer_and_fold(graph))
 
 
+def _describe(node: Node) -> list:
+    return [None if v is None else f"{np.dtype(v.desc.dtype)}{list(v.desc.shape or ())}" for v in node.inputs]
+
+
 def _check_shape(node: Node, value, ttype: TensorType, budget: Budget) -> None:
     """A shape rule fed odd attributes (negative pads, huge repeats) may give a negative dim or
     a tensor no int64 can size; that is the model's problem, not an internal error.  A
     tensor larger than the chip's memory can never run on it (E13023)."""
     shape = [int(d) for d in ttype.shape]
     if any(d < 0 for d in shape) or too_large(shape, ttype.dtype):
-        raise AtcError("E16004", f"Node [{node.name}] ({node.op_type}) gives output [{value.name}] the shape "
-                       f"{shape} (a negative dim, or more than {MAX_TENSOR_BYTES} bytes).",
-                       "Check the node's attributes and input shapes.")
+        raise InvalidNode(f"Node [{node.name}] ({node.op_type}) gives output [{value.name}] the shape "
+                          f"{shape} (a negative dim, or more than {MAX_TENSOR_BYTES} bytes).")
     budget.check_tensor(tensor_bytes(shape, ttype.dtype), f"Output [{value.name}] of node [{node.name}] "
                         f"({node.op_type}), shape {shape} {np.dtype(ttype.dtype)},")
 
