@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 from ge.ops.registry import TensorType
 
 VECTOR_OP_CLASSES = ("alu", "div", "transcendental", "move")
@@ -21,11 +23,14 @@ class Work:
     compare, select, cast), ``div`` (div, sqrt, reciprocal), ``transcendental`` (exp, log,
     erf, tanh, pow), ``move`` (in-buffer data movement: transpose, gather, concat).  The chip
     data file gives the cost of each class.  `onchip_bytes`: bytes of intermediate tensors a
-    fused kernel keeps on chip (the cost model checks they fit UB/L0, else charges a spill)."""
+    fused kernel keeps on chip (the cost model checks they fit UB/L0, else charges a spill).
+    `cube_dtype`: what the cube multiplies when it is not the kernel's compute dtype -- "int8"
+    for int8 x int8 -> int32 kernels, which stay int8 under every precision mode."""
 
     cube_macs: int = 0
     vector_ops: dict = field(default_factory=dict)
     onchip_bytes: int = 0   # intermediates a fused kernel keeps in UB/L0 instead of global memory
+    cube_dtype: str = ""    # "" = the kernel's compute dtype
 
     def add_vector(self, cls: str, count: int) -> "Work":
         if cls not in VECTOR_OP_CLASSES:
@@ -35,7 +40,7 @@ class Work:
 
     def __add__(self, other: "Work") -> "Work":
         total = Work(self.cube_macs + other.cube_macs, dict(self.vector_ops),
-                     self.onchip_bytes + other.onchip_bytes)
+                     self.onchip_bytes + other.onchip_bytes, self.cube_dtype or other.cube_dtype)
         for cls, count in other.vector_ops.items():
             total.add_vector(cls, count)
         return total
@@ -55,6 +60,12 @@ def per_element(**counts: int) -> WorkFn:
         return w
 
     return work
+
+
+def cube_operand_dtype(*operands: Optional[TensorType]) -> str:
+    """"int8" when the cube multiplies 8-bit integers (int8 x int8 -> int32), else ""."""
+    dtypes = [np.dtype(t.dtype) for t in operands if t is not None]
+    return "int8" if dtypes and all(d.kind in "iu" and d.itemsize == 1 for d in dtypes) else ""
 
 
 def no_work(inputs, outputs, attrs) -> Work:

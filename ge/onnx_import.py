@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 
 from ge.errors import AtcError
 from ge.ir import Graph, Node, TensorDesc, Value
+from ge.ops.registry import all_ops, get_op
 from ge.limits import HOST_COPIES, MAX_TENSOR_BYTES, current_budget, too_large
 from om_format.attrs import to_ge_dtype
 from ge.files import check_input, open_input, read_input
@@ -115,18 +116,56 @@ def default_opset(model: onnx.ModelProto) -> int:
     raise AtcError("E16001", "The model does not import the default ONNX opset.", "Re-export the model.")
 
 
+_PARKED = "atc_py.not_onnx"   # where ops without an ONNX schema wait while the opset converter runs
+
+
+def _is_onnx_op(node: onnx.NodeProto) -> bool:
+    """True for an op of ONNX's own schema (custom ops -- AMCT's AscendQuant in the default
+    domain, com.microsoft's QLinearAdd -- have none)."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    return onnx.defs.has(node.op_type, "")
+
+
+def _converter_message(exc: Exception) -> str:
+    """onnx's converter message without its C++ assertion text and unfilled printf slots."""
+    text = " ".join(str(exc).split())
+    text = re.sub(r"^.*?Assertion `[^`]*` failed: ", "", text)
+    if re.search(r"%(s|l*d)", text):
+        text = re.sub(r"%(s|l*d)", "?", text.split(".")[0]) + "."
+    return text.rstrip(".")
+
+
 def normalize_opset(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Accept opsets 13..21; convert older ones up to 13 with onnx's version converter."""
+    """Accept opsets 13..21; convert older ones up to 13 with onnx's version converter.  Ops
+    that are not ONNX's (AMCT's, com.microsoft's) are not sent through it: they are parked in
+    a domain of their own, which the converter passes through, and put back afterwards."""
     opset = default_opset(model)
     if MIN_OPSET <= opset <= MAX_OPSET:
         return model
     if opset < MIN_OPSET:
+        from onnx import version_converter
+        parked = [n for n in model.graph.node if n.domain in ("", "ai.onnx") and not _is_onnx_op(n)]
+        for node in parked:
+            node.domain = _PARKED
+        if parked:
+            model.opset_import.append(helper.make_opsetid(_PARKED, 1))
         try:
-            from onnx import version_converter
-            return version_converter.convert_version(model, MIN_OPSET)
+            converted = version_converter.convert_version(model, MIN_OPSET)
         except Exception as exc:
             raise AtcError("E16006", f"ONNX opset {opset} is not supported and conversion to opset "
-                           f"{MIN_OPSET} failed: {exc}.", f"Export the model with opset {MIN_OPSET}..{MAX_OPSET}.")
+                           f"{MIN_OPSET} failed: {_converter_message(exc)}.",
+                           f"Export the model with opset {MIN_OPSET}..{MAX_OPSET}.") from None
+        finally:
+            for node in parked:
+                node.domain = ""
+        for node in converted.graph.node:
+            if node.domain == _PARKED:
+                node.domain = ""
+        kept = [o for o in converted.opset_import if o.domain != _PARKED]
+        del converted.opset_import[:]
+        converted.opset_import.extend(kept)
+        return converted
     raise AtcError("E16006", f"ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET}).",
                    f"Export the model with opset {MIN_OPSET}..{MAX_OPSET}.")
 
@@ -270,10 +309,7 @@ def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[i
                        "Give every node a unique name (onnxruntime refuses this model too).")
     graph.reserve_names(explicit)
     for index, onnx_node in enumerate(onnx_graph.node):
-        if onnx_node.domain not in ("", "ai.onnx"):
-            raise AtcError("E16002", f"Node [{onnx_node.name or index}] has op type "
-                           f"[{onnx_node.domain}::{onnx_node.op_type}] from a custom domain, which is not supported.",
-                           "Export the model with standard ONNX ops only.")
+        _check_domain(onnx_node, index)
         for out in onnx_node.output:
             if out and out in values:
                 raise AtcError("E16001", f"Value [{out}] is defined twice (node [{onnx_node.name}]).",
@@ -329,6 +365,7 @@ def check_types(model: onnx.ModelProto) -> None:
     light.CopyFrom(onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import))
     light.graph.name = model.graph.name
     light.graph.node.extend(model.graph.node)
+    _park_int8_cube_ops(light, model)
     light.graph.output.extend(model.graph.output)
     names = {i.name for i in model.graph.input}
     light.graph.input.extend(model.graph.input)
@@ -344,6 +381,45 @@ def check_types(model: onnx.ModelProto) -> None:
         text = " ".join(str(exc).split())
         raise AtcError("E16004", f"The model fails ONNX's type and shape check: {text[:600]}",
                        "Fix the node it names (onnxruntime refuses this model too) or re-export the model.")
+
+
+def _check_domain(node: onnx.NodeProto, index: int) -> None:
+    """A node of another domain than ONNX's is accepted when the op table has it from that
+    domain (com.microsoft's quantized ops); AMCT's ops are in the default domain."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    op = get_op(node.op_type)
+    if op is not None and op.domain == domain:
+        return
+    where = f"[{node.domain}::{node.op_type}]" if domain else f"[{node.op_type}]"
+    known = sorted(name for name, o in all_ops().items() if o.domain == domain) if domain else []
+    if domain and not known:
+        raise AtcError("E16002", f"Node [{node.name or index}] has op type {where} from custom domain "
+                       f"[{node.domain}], which is not supported.",
+                       "Export the model with standard ONNX ops (or the com.microsoft quantized ops).")
+    if domain:
+        raise AtcError("E16002", f"Node [{node.name or index}] has op type {where}, which is not supported; "
+                       f"from domain [{node.domain}] the supported ops are {known}.",
+                       "Replace the op in the model.")
+
+
+_CUBE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+def _park_int8_cube_ops(light: onnx.ModelProto, model: onnx.ModelProto) -> None:
+    """AMCT deploy graphs feed Conv/Gemm/MatMul with int8 (GE's int8 cube ops, int32 out),
+    which ONNX's type rules do not allow: the type check skips those nodes (their shape and
+    type rules are ours, ge/ops/nn.py)."""
+    int8 = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8}
+    int8_values = {i.name for i in model.graph.initializer if i.data_type in int8}
+    int8_values |= {n.output[0] for n in model.graph.node if n.op_type == "AscendQuant" and n.output}
+    parked = False
+    for node in light.graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type in _CUBE_OPS and \
+                any(name in int8_values for name in node.input[:2]):
+            node.domain = _PARKED
+            parked = True
+    if parked:
+        light.opset_import.append(helper.make_opsetid(_PARKED, 1))
 
 
 def _check_schema(node: onnx.NodeProto, opset: int, index: int) -> None:

@@ -304,7 +304,8 @@ def price_kernel(chip: Chip, spec: KernelSpec) -> KernelCost:
     cost.mte3_us = share * write / (chip.ub_to_ddr_rate * freq)
     cost.hbm_us = (hbm_read + write) / chip.hbm_bytes_per_us
     if cube:
-        cost.cube_us = share * work.cube_macs / (chip.cube_macs_per_cycle(spec.compute_dtype) * chip.cube_freq)
+        cube_dtype = work.cube_dtype or spec.compute_dtype       # int8 kernels multiply int8 whatever the mode
+        cost.cube_us = share * work.cube_macs / (chip.cube_macs_per_cycle(cube_dtype) * chip.cube_freq)
     vector_cycles = sum(count * chip.vector_cycles(cls) for cls, count in work.vector_ops.items())
     vector_share = share / (chip.vector_per_cube_core if cube else 1.0)
     cost.vector_us = vector_share * vector_cycles / (chip.vector_lanes(spec.compute_dtype) * chip.vec_freq)

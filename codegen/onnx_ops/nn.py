@@ -8,14 +8,14 @@ from __future__ import annotations
 import math
 
 from codegen.registry import register
-from codegen.work import Work
+from codegen.work import Work, cube_operand_dtype
 from ge.ops.nn import gemm_dims, pool_kernel_shape
 
 
 def _conv_work(inputs, outputs, attrs):
     w = inputs[1]
     macs = outputs[0].size * math.prod(w.shape[1:])     # N*Cout*out * Cin/group * prod(k)
-    work = Work(cube_macs=macs)
+    work = Work(cube_macs=macs, cube_dtype=cube_operand_dtype(inputs[0], w))
     if len(inputs) > 2 and inputs[2] is not None:
         work.add_vector("alu", outputs[0].size)
     return work
@@ -51,12 +51,13 @@ def _global_max_work(inputs, outputs, attrs):
 
 
 def _matmul_work(inputs, outputs, attrs):
-    return Work(cube_macs=outputs[0].size * int(inputs[0].shape[-1]))
+    return Work(cube_macs=outputs[0].size * int(inputs[0].shape[-1]),
+                cube_dtype=cube_operand_dtype(inputs[0], inputs[1]))
 
 
 def _gemm_work(inputs, outputs, attrs):
     m, k, n = gemm_dims(inputs[0].shape, inputs[1].shape, attrs)
-    work = Work(cube_macs=m * k * n)
+    work = Work(cube_macs=m * k * n, cube_dtype=cube_operand_dtype(inputs[0], inputs[1]))
     if float(attrs.get("alpha", 1.0)) != 1.0:
         work.add_vector("alu", m * n)
     if len(inputs) > 2 and inputs[2] is not None:

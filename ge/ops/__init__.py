@@ -4,4 +4,5 @@ Each module below registers its ops with `ge.ops.registry.register` when importe
 package imports every one of them, so any import of `ge.ops...` sees the whole table.
 Adding an op family is adding a module and its line here (and its kernel in codegen/onnx_ops).
 """
-from ge.ops import elementwise, extra, nn, normalization, reduce, tensor  # noqa: F401  (register their ops)
+from ge.ops import (ascend_quant, elementwise, extra, nn, normalization, quant, quant_contrib,  # noqa: F401
+                    reduce, tensor)  # (register their ops)

@@ -117,8 +117,29 @@ def _windows(xp: np.ndarray, out, kernel, strides, dilations) -> np.ndarray:
 
 
 def _compute_dtype(dtype):
-    """float16 is widened to float32 for the arithmetic (the cube's fp32 accumulator)."""
+    """float16 is widened to float32 for the arithmetic (the cube's fp32 accumulator); 8-bit
+    integers (GE's int8 cube ops, as in AMCT deploy graphs) are summed exactly in float64."""
+    if is_int8(dtype):
+        return np.dtype(np.float64)
     return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+
+
+def is_int8(dtype) -> bool:
+    """An 8-bit integer: the cube's int8 x int8 -> int32 path."""
+    dt = np.dtype(dtype)
+    return dt.kind in "iu" and dt.itemsize == 1
+
+
+def cube_result_dtype(dtype) -> np.dtype:
+    """What a Conv/MatMul/Gemm writes: its input's dtype, int32 for int8 inputs (GE's Conv2D,
+    MatMul and FullyConnection with DT_INT8 data accumulate into DT_INT32)."""
+    return np.dtype(np.int32) if is_int8(dtype) else np.dtype(dtype)
+
+
+def _to_result(y: np.ndarray, in_dtype) -> np.ndarray:
+    if is_int8(in_dtype):
+        return np.rint(y).astype(np.int64).astype(np.int32)
+    return y.astype(in_dtype, copy=False)
 
 
 def _bias_shape(nd: int):
@@ -225,7 +246,7 @@ def conv_compute(inputs, attrs):
         y = y.reshape((n, cout) + tuple(out))
     if b is not None:
         y += b.astype(ct, copy=False).reshape(_bias_shape(nd))
-    return [y.astype(out_dtype, copy=False)]
+    return [_to_result(y, out_dtype)]
 
 
 def conv_infer(inputs, attrs):
@@ -233,7 +254,7 @@ def conv_infer(inputs, attrs):
     group = int(attrs.get("group", 1))
     _conv_check(x.shape, w.shape, group)
     *_, out, _, _ = _window_geometry(x.shape[2:], list(w.shape[2:]), attrs)
-    return [TensorType(np.dtype(x.dtype), (x.shape[0], w.shape[0]) + tuple(out))]
+    return [TensorType(cube_result_dtype(x.dtype), (x.shape[0], w.shape[0]) + tuple(out))]
 
 
 register(OpDef("Conv", OpKind.OUT_EWISE_FUSABLE, conv_compute, conv_infer))
@@ -435,11 +456,11 @@ def matmul_compute(inputs, attrs):
     a, b = inputs[0], inputs[1]
     ct = _compute_dtype(a.dtype)
     y = np.matmul(a.astype(ct, copy=False), b.astype(ct, copy=False))
-    return [np.asarray(y).astype(a.dtype, copy=False)]
+    return [_to_result(np.asarray(y), a.dtype)]
 
 
 def matmul_infer(inputs, attrs):
-    return [TensorType(np.dtype(inputs[0].dtype), matmul_shape(inputs[0].shape, inputs[1].shape))]
+    return [TensorType(cube_result_dtype(inputs[0].dtype), matmul_shape(inputs[0].shape, inputs[1].shape))]
 
 
 register(OpDef("MatMul", OpKind.OUT_EWISE_FUSABLE, matmul_compute, matmul_infer))
@@ -474,12 +495,12 @@ def gemm_compute(inputs, attrs):
     if c is not None:
         c = c.astype(ct, copy=False)
         y += c if beta == 1.0 else c * ct.type(beta)
-    return [y.astype(inputs[0].dtype, copy=False)]
+    return [_to_result(y, inputs[0].dtype)]
 
 
 def gemm_infer(inputs, attrs):
     m, _, n = gemm_dims(inputs[0].shape, inputs[1].shape, attrs)
-    return [TensorType(np.dtype(inputs[0].dtype), (m, n))]
+    return [TensorType(cube_result_dtype(inputs[0].dtype), (m, n))]
 
 
 register(OpDef("Gemm", OpKind.OUT_EWISE_FUSABLE, gemm_compute, gemm_infer))

@@ -71,6 +71,11 @@ class OpDef:
     infer_values: Optional[Callable[[Sequence[Optional[np.ndarray]], dict], list]] = None
     kind_of: Optional[Callable[[dict], OpKind]] = None   # kind of one node, for kernels whose kind
                                                          # depends on what they hold (autofused groups)
+    domain: str = ""                  # ONNX domain the op comes from ("" = ai.onnx; "com.microsoft")
+    array_config: bool = False        # config inputs become numpy attrs, not lists: their dtype and
+                                      # shape carry meaning (a zero point's dtype is the output's)
+    foldable: bool = True             # False: never constant-folded (DequantizeLinear keeps int8
+                                      # weights visible to the quantized fusions)
 
     def node_kind(self, attrs: dict) -> OpKind:
         return self.kind_of(attrs) if self.kind_of is not None else self.kind

@@ -46,7 +46,7 @@ def canonicalize(node: Node, op: OpDef) -> None:
             raise AtcError("E16002", f"Input {index} ({attr}) of node [{node.name}] ({node.op_type}) is "
                            "computed at run time; only constant values are supported.",
                            "Give the model static shapes (--input_shape) so it can be folded.")
-        node.attrs[attr] = value.const.tolist()
+        node.attrs[attr] = value.const if op.array_config else value.const.tolist()
     for index, _ in sorted(op.config_inputs, reverse=True):
         if index < len(node.inputs):
             node.set_input(index, None)
@@ -75,6 +75,8 @@ def input_types(node: Node) -> list:
 
 
 def _foldable(node: Node, op: OpDef) -> bool:
+    if not op.foldable:
+        return False
     data = [v for v in node.inputs if v is not None]
     if node.op_type in _SHAPE_ONLY_OPS:
         return True

@@ -1,0 +1,162 @@
+"""Semantics of the com.microsoft quantized ops that onnxruntime's `quantize_static` writes in
+QOperator format: QGemm, QLinearAdd, QLinearMul, QLinearGlobalAveragePool, QLinearSoftmax,
+QLinearSigmoid, QLinearLeakyRelu.
+
+Why these: they are what ResNet, MobileNet and BERT become under `quantize_static(...,
+quant_format=QOperator)` (bench/int8 lists the op census).  Each follows onnxruntime's CPU
+kernel: the binary ops combine the dequantized operands with float32 scale ratios and round
+half to even once (MLAS's QLinearAdd/QLinearMul), the pool sums in int32, the lookup-table
+ops (Sigmoid, LeakyRelu, Softmax) are dequantize -> float op -> quantize per element.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ge.errors import AtcError
+from ge.ops.common import broadcast_shape
+from ge.ops.nn import gemm_dims
+from ge.ops.quant import (F32, _quant_attrs, dequantize, integer_matmul, param, quant_dtype, quantize,
+                          requantize)
+from ge.ops.registry import OpDef, OpKind, TensorType, get_op, register
+
+MS = "com.microsoft"
+
+
+def _out_type(op_type: str, attrs: dict, shape, zero_point: str = "C_zero_point") -> list:
+    return [TensorType(quant_dtype(op_type, param(attrs, zero_point)), tuple(shape))]
+
+
+# -- QGemm --------------------------------------------------------------------------------------
+
+
+def qgemm_compute(inputs, attrs):
+    """alpha * a_scale * b_scale * ((A - a_zp) @ (B - b_zp) + C), C an int32 bias in the
+    accumulator's scale; requantized to y when y_scale is given, else float32."""
+    a, b = inputs[0], inputs[3]
+    c = inputs[6] if len(inputs) > 6 else None
+    a_s, a_z = _quant_attrs(attrs, "a_scale", "a_zero_point")
+    b_s, b_z = _quant_attrs(attrs, "b_scale", "b_zero_point")
+    if int(attrs.get("transA", 0)):
+        a = a.T
+    if int(attrs.get("transB", 0)):
+        b = b.T
+    acc = integer_matmul(a, b, a_z, b_z)
+    if c is not None:
+        acc = acc + c.astype(np.int32)
+    scale = np.float32(attrs.get("alpha", 1.0)) * np.asarray(a_s, F32) * np.asarray(b_s, F32)
+    y_s = param(attrs, "y_scale")
+    if y_s is None:
+        return [acc.astype(F32) * scale]
+    y_z = param(attrs, "y_zero_point")
+    return [requantize(acc, scale / np.asarray(y_s, F32), y_z if y_z is not None else 0, quant_dtype("QGemm", y_z))]
+
+
+def qgemm_infer(inputs, attrs):
+    m, _, n = gemm_dims(inputs[0].shape, inputs[3].shape, attrs)
+    if param(attrs, "y_scale") is None:
+        return [TensorType(F32, (m, n))]
+    return _out_type("QGemm", attrs, (m, n), "y_zero_point")
+
+
+register(OpDef("QGemm", OpKind.OUT_EWISE_FUSABLE, qgemm_compute, qgemm_infer, domain=MS, array_config=True,
+               config_inputs=((1, "a_scale"), (2, "a_zero_point"), (4, "b_scale"), (5, "b_zero_point"),
+                              (7, "y_scale"), (8, "y_zero_point"))))
+
+
+# -- binary ops ---------------------------------------------------------------------------------
+
+_BINARY_CONFIG = ((1, "A_scale"), (2, "A_zero_point"), (4, "B_scale"), (5, "B_zero_point"),
+                  (6, "C_scale"), (7, "C_zero_point"))
+
+
+def _binary_params(attrs):
+    a_s, a_z = _quant_attrs(attrs, "A_scale", "A_zero_point")
+    b_s, b_z = _quant_attrs(attrs, "B_scale", "B_zero_point")
+    c_s, c_z = _quant_attrs(attrs, "C_scale", "C_zero_point")
+    for s in (a_s, b_s, c_s):
+        if s.size != 1:
+            raise AtcError("E16004", "QLinearAdd/QLinearMul take per-tensor scales only.", "Re-quantize the model.")
+    return [np.float32(s.reshape(())) for s in (a_s, b_s, c_s)], [0 if z is None else z.reshape(()) for z in (a_z, b_z, c_z)]
+
+
+def _centered_f32(x, zp):
+    return (x.astype(np.int32) - np.int32(zp)).astype(F32)
+
+
+def qlinear_add_compute(inputs, attrs):
+    (a_s, b_s, c_s), (a_z, b_z, c_z) = _binary_params(attrs)
+    v = (a_s / c_s) * _centered_f32(inputs[0], a_z) + (b_s / c_s) * _centered_f32(inputs[3], b_z)
+    return [quantize(v, np.float32(1.0), c_z, quant_dtype("QLinearAdd", param(attrs, "C_zero_point")))]
+
+
+def qlinear_mul_compute(inputs, attrs):
+    (a_s, b_s, c_s), (a_z, b_z, c_z) = _binary_params(attrs)
+    v = _centered_f32(inputs[0], a_z) * _centered_f32(inputs[3], b_z) * ((a_s * b_s) / c_s)
+    return [quantize(v, np.float32(1.0), c_z, quant_dtype("QLinearMul", param(attrs, "C_zero_point")))]
+
+
+def _binary_infer(op_type):
+    def infer(inputs, attrs):
+        _binary_params(attrs)
+        return _out_type(op_type, attrs, broadcast_shape(inputs[0].shape, inputs[3].shape))
+    return infer
+
+
+for _op, _compute in (("QLinearAdd", qlinear_add_compute), ("QLinearMul", qlinear_mul_compute)):
+    register(OpDef(_op, OpKind.BROADCAST, _compute, _binary_infer(_op), config_inputs=_BINARY_CONFIG,
+                   domain=MS, array_config=True))
+
+
+# -- QLinearGlobalAveragePool -------------------------------------------------------------------
+
+
+def _gap_axes(x_shape, attrs) -> tuple:
+    return tuple(range(1, len(x_shape) - 1)) if int(attrs.get("channels_last", 0)) else tuple(range(2, len(x_shape)))
+
+
+def qlinear_gap_compute(inputs, attrs):
+    """int32 sum over the spatial axes, then rint((sum - n * x_zp) * x_scale / (y_scale * n)) + y_zp."""
+    x = inputs[0]
+    x_s, x_z = _quant_attrs(attrs, "x_scale", "x_zero_point")
+    y_s, y_z = _quant_attrs(attrs, "y_scale", "y_zero_point")
+    axes = _gap_axes(x.shape, attrs)
+    n = int(np.prod([x.shape[a] for a in axes]))
+    total = x.astype(np.int32).sum(axis=axes, keepdims=True, dtype=np.int64) - n * int(0 if x_z is None else x_z)
+    mult = np.asarray(x_s, F32) / (np.asarray(y_s, F32) * np.float32(n))
+    return [requantize(total.astype(np.int32), mult, 0 if y_z is None else y_z, quant_dtype("QLinearGlobalAveragePool", y_z))]
+
+
+def qlinear_gap_infer(inputs, attrs):
+    shape = list(inputs[0].shape)
+    for a in _gap_axes(shape, attrs):
+        shape[a] = 1
+    return _out_type("QLinearGlobalAveragePool", attrs, shape, "y_zero_point")
+
+
+register(OpDef("QLinearGlobalAveragePool", OpKind.REDUCE, qlinear_gap_compute, qlinear_gap_infer, domain=MS,
+               config_inputs=((1, "x_scale"), (2, "x_zero_point"), (3, "y_scale"), (4, "y_zero_point")),
+               array_config=True))
+
+
+# -- lookup-table ops: dequantize -> float op -> quantize ---------------------------------------
+
+_UNARY_CONFIG = ((1, "X_scale"), (2, "X_zero_point"), (3, "Y_scale"), (4, "Y_zero_point"))
+
+
+def _lut_op(op_type: str, float_op: str, float_attrs):
+    def compute(inputs, attrs):
+        x_s, x_z = _quant_attrs(attrs, "X_scale", "X_zero_point")
+        y_s, y_z = _quant_attrs(attrs, "Y_scale", "Y_zero_point")
+        v = get_op(float_op).compute([dequantize(inputs[0], x_s, x_z)], float_attrs(attrs))[0]
+        return [quantize(v, y_s, 0 if y_z is None else y_z, quant_dtype(op_type, y_z))]
+
+    def infer(inputs, attrs):
+        return _out_type(op_type, attrs, inputs[0].shape, "Y_zero_point")
+
+    kind = OpKind.OPAQUE if float_op == "Softmax" else OpKind.ELEMWISE
+    register(OpDef(op_type, kind, compute, infer, config_inputs=_UNARY_CONFIG, domain=MS, array_config=True))
+
+
+_lut_op("QLinearSigmoid", "Sigmoid", lambda attrs: {})
+_lut_op("QLinearLeakyRelu", "LeakyRelu", lambda attrs: {"alpha": float(attrs.get("alpha", 0.01))})
+_lut_op("QLinearSoftmax", "Softmax", lambda attrs: {"axis": int(attrs.get("axis", -1))})
