@@ -18,6 +18,8 @@ from fusion_passes.layer_norm import LayerNormFusionPass
 from fusion_passes.layer_norm_matmul import LayerNormMatMulFusionPass
 from fusion_passes.matmul_bias_act import MatMulBiasActFusionPass
 from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
+from fusion_passes.quant_conv_bn_relu import QuantConvBNReluFusionPass
+from fusion_passes.quant_matmul_bias_act import QuantMatMulBiasActFusionPass
 from fusion_passes.switches import FusionSwitches
 from ge.ir import Graph
 from ge.passes.contract import run_passes
@@ -27,6 +29,8 @@ def fusion_passes(switches: Optional[FusionSwitches] = None,
                   autofuse_flags: Optional[AutofuseFlags] = None) -> list:
     """The fusion passes, in the order they run."""
     return [
+        QuantConvBNReluFusionPass(switches),      # int8 first: they take the DequantizeLinear-fed
+        QuantMatMulBiasActFusionPass(switches),   # convs and GEMMs before the float passes look
         ConvBNReluFusionPass(switches),
         ConvPoolFCFusionPass(switches),
         LayerNormFusionPass(switches),

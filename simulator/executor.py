@@ -20,7 +20,7 @@ from ge.ops.common import FLOAT_TYPES
 def _to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Float tensors in the kernel's compute dtype.  Values beyond float16's range become
     +-inf, as the hardware's conversion does (e.g. a -3.4e38 attention-mask fill)."""
-    if array.dtype in FLOAT_TYPES and array.dtype != dtype:
+    if array.dtype in FLOAT_TYPES and np.dtype(dtype) in FLOAT_TYPES and array.dtype != dtype:
         with np.errstate(over="ignore"):
             return array.astype(dtype)
     return array

@@ -36,32 +36,32 @@ OP_TYPE = "AutofusedKernel"
 
 # -- attr <-> JSON ----------------------------------------------------------------------
 
-def _to_json(value: Any) -> Any:
+def to_json(value: Any) -> Any:
     if isinstance(value, np.ndarray):
-        return {"__ndarray__": _to_json(value.tolist()), "dtype": str(value.dtype),
+        return {"__ndarray__": to_json(value.tolist()), "dtype": str(value.dtype),
                 "shape": list(value.shape)}
     if isinstance(value, (np.generic,)):
         return value.item()
     if isinstance(value, bytes):
         return {"__bytes__": value.decode("latin-1")}
     if isinstance(value, (list, tuple)):
-        return [_to_json(v) for v in value]
+        return [to_json(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _to_json(v) for k, v in value.items()}
+        return {str(k): to_json(v) for k, v in value.items()}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     raise TypeError(f"attr value {value!r} of type {type(value).__name__} cannot go into an autofused kernel")
 
 
-def _from_json(value: Any) -> Any:
+def from_json(value: Any) -> Any:
     if isinstance(value, dict):
         if "__ndarray__" in value:
             return np.array(value["__ndarray__"], dtype=value["dtype"]).reshape(value["shape"])
         if "__bytes__" in value:
             return value["__bytes__"].encode("latin-1")
-        return {k: _from_json(v) for k, v in value.items()}
+        return {k: from_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_from_json(v) for v in value]
+        return [from_json(v) for v in value]
     return value
 
 
@@ -73,7 +73,7 @@ def encode_subgraph(inputs: Sequence, ops: Sequence, outputs: Sequence) -> str:
     """The canonical JSON string of a group.  `inputs`: TensorTypes; `ops`: (op_type, attrs,
     refs, output TensorTypes); `outputs`: refs.  Deterministic: sorted keys, no spaces."""
     doc = {"inputs": [type_json(t) for t in inputs],
-           "ops": [[op_type, _to_json(dict(attrs)), [list(r) if r is not None else None for r in refs],
+           "ops": [[op_type, to_json(dict(attrs)), [list(r) if r is not None else None for r in refs],
                     [type_json(t) for t in outs]] for op_type, attrs, refs, outs in ops],
            "outputs": [list(r) for r in outputs]}
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=True)
@@ -86,7 +86,7 @@ class SubGraph:
         doc = json.loads(text)
         as_type = lambda t: None if t is None else TensorType(np.dtype(t[0]), tuple(t[1]))  # noqa: E731
         self.inputs = [as_type(t) for t in doc["inputs"]]
-        self.ops = [(op_type, _from_json(attrs), [tuple(r) if r is not None else None for r in refs],
+        self.ops = [(op_type, from_json(attrs), [tuple(r) if r is not None else None for r in refs],
                      [as_type(t) for t in outs]) for op_type, attrs, refs, outs in doc["ops"]]
         self.outputs = [tuple(r) for r in doc["outputs"]]
 
