@@ -11,6 +11,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ge.ops.common import fast_impl
 from ge.ops.registry import TensorType
 
 VECTOR_OP_CLASSES = ("alu", "div", "transcendental", "move")
@@ -70,3 +71,12 @@ def cube_operand_dtype(*operands: Optional[TensorType]) -> str:
 
 def no_work(inputs, outputs, attrs) -> Work:
     return Work()
+
+
+def by_impl(exact: WorkFn, fast: WorkFn) -> WorkFn:
+    """Work rule of a kernel with two implementations (ge.ops.common.impl_mode): `fast` when
+    the compiler chose high_performance for it, else `exact`."""
+    def work(inputs, outputs, attrs) -> Work:
+        return (fast if fast_impl(attrs) else exact)(inputs, outputs, attrs)
+
+    return work

@@ -63,8 +63,9 @@ def run_onnxruntime(onnx_path: str, feeds: dict) -> dict:
 
 
 def precision_class(graph: Graph, value: Value, compute_dtypes: dict) -> str:
-    """"fp16" if any kernel on the path to `value` computes in float16 or the output itself is
-    float16 (--output_type=FP16), else "fp32".  (A float16 input, --input_fp16_nodes, reaches
+    """"fp16" if any kernel on the path to `value` computes in float16 or runs a
+    high_performance approximation, or the output itself is float16 (--output_type=FP16),
+    else "fp32".  (A float16 input, --input_fp16_nodes, reaches
     onnxruntime as the same values in float32: no rounding between the two.)"""
     if np.dtype(value.desc.dtype) == np.float16:
         return "fp16"
@@ -76,6 +77,8 @@ def precision_class(graph: Graph, value: Value, compute_dtypes: dict) -> str:
             continue
         seen.add(id(node))
         if np.dtype(compute_dtypes.get(node.name, np.float32)) == np.float16:
+            return "fp16"
+        if node.attrs.get("op_impl_mode") == "high_performance":    # an approximation (tanh-GELU, ...)
             return "fp16"
         stack.extend(node.inputs)
     return "fp32"

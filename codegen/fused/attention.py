@@ -18,6 +18,7 @@ import numpy as np
 
 from codegen.registry import register
 from codegen.work import Work
+from ge.ops.common import approx_reciprocal, fast_impl, own_dtype_inside
 from ge.ops.registry import OpDef, OpKind, TensorType
 from ge.errors import AtcError, InvalidNode
 
@@ -54,8 +55,19 @@ def compute(inputs, attrs):
     elif kind == "where_causal":
         scores = np.where(mask, scores, ct.type(float(attrs["mask_value"])))
     scores -= np.max(scores, axis=-1, keepdims=True)
-    probs = np.exp(scores)
-    probs /= np.sum(probs, axis=-1, keepdims=True)
+    if own_dtype_inside(attrs) and x.dtype == np.float16:
+        # high_performance / keep_fp16 softmax: exp in float16, the sum in float32, then a
+        # reciprocal estimate and a multiply (high_performance) or a division (keep_fp16)
+        probs16 = np.exp(scores.astype(np.float16))
+        total = np.sum(probs16, axis=-1, keepdims=True, dtype=np.float32).astype(np.float16)
+        probs16 = probs16 * approx_reciprocal(total) if fast_impl(attrs) else probs16 / total
+        probs = probs16.astype(ct)
+    else:
+        probs = np.exp(scores)
+        if fast_impl(attrs):
+            probs *= approx_reciprocal(np.sum(probs, axis=-1, keepdims=True))
+        else:
+            probs /= np.sum(probs, axis=-1, keepdims=True)
     ctx = np.matmul(probs, v)                                               # [B,H,S,D]
     y = ctx.transpose(0, 2, 1, 3).reshape(batch, seq, heads * head_dim)
     return [np.ascontiguousarray(y).astype(x.dtype, copy=False)]
@@ -94,7 +106,10 @@ def work(inputs, outputs, attrs):
         result.add_vector("alu", scores)                      # mask add / select
     result.add_vector("alu", 3 * scores)                      # softmax max, sub, sum
     result.add_vector("transcendental", scores)               # exp
-    result.add_vector("div", scores)                          # normalise
+    if fast_impl(attrs):                                      # normalise: reciprocal estimate x
+        result.add_vector("alu", scores)
+    else:                                                     # normalise: a division
+        result.add_vector("div", scores)
     itemsize = np.dtype(x.dtype).itemsize
     result.onchip_bytes = itemsize * (2 * scores + batch * seq * width)
     return result

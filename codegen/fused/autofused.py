@@ -28,7 +28,7 @@ import numpy as np
 
 from codegen.registry import kernel_of, register
 from codegen.work import Work
-from ge.ops.common import FLOAT_TYPES
+from ge.ops.common import FLOAT_TYPES, with_impl
 from ge.ops.registry import OpDef, OpKind, TensorType
 
 OP_TYPE = "AutofusedKernel"
@@ -150,7 +150,7 @@ def compute(inputs, attrs):
         dtype = forced or _member_dtype(sub, index)
         args = [None if r is None else _cast(inputs[r[1]] if r[0] == "i" else results[r[1]][r[2]], dtype)
                 for r in refs]
-        results.append([np.asarray(y) for y in kernel_of(op_type).op.compute(args, op_attrs)])
+        results.append([np.asarray(y) for y in kernel_of(op_type).op.compute(args, with_impl(attrs, op_attrs))])
     return [inputs[r[1]] if r[0] == "i" else results[r[1]][r[2]] for r in sub.outputs]
 
 
@@ -178,7 +178,7 @@ def work(inputs, outputs, attrs):
     internal = 0
     for index, ((op_type, op_attrs, _, _), (ins, outs)) in enumerate(zip(sub.ops, member_types(sub, forced))):
         kernel = kernel_of(op_type)
-        total = total + kernel.work(ins, outs, op_attrs)
+        total = total + kernel.work(ins, outs, with_impl(attrs, op_attrs))
         if not kernel.no_task:
             internal += sum(t.nbytes for j, t in enumerate(outs) if ("o", index, j) not in exported)
     total.onchip_bytes += internal

@@ -43,6 +43,7 @@ import numpy as np
 
 from codegen.registry import kernel_of, register
 from codegen.work import Work
+from ge.ops.common import with_impl
 from ge.ops.registry import OpDef, OpKind, TensorType, get_op
 from ge.errors import AtcError, InvalidNode
 
@@ -80,12 +81,14 @@ def activation_op(attrs: dict) -> list:
 
 
 def _activate(y: np.ndarray, attrs: dict) -> np.ndarray:
+    """The epilogue's activation on the accumulator; the kernel's implementation mode (if a
+    flag set one) reaches the activation that has two implementations (Sigmoid, SiLU's)."""
     ops = activation_op(attrs)
     if attrs.get("activation") == "SiLU":
-        sig = get_op("Sigmoid").compute([y], {})[0]
+        sig = get_op("Sigmoid").compute([y], with_impl(attrs, {}))[0].astype(y.dtype, copy=False)
         return get_op("Mul").compute([y, sig], {})[0]
     for op_type, op_attrs in ops:
-        y = get_op(op_type).compute([y], op_attrs)[0]
+        y = get_op(op_type).compute([y], with_impl(attrs, op_attrs))[0]
     return y
 
 
@@ -139,7 +142,8 @@ def _conv_block_work(inputs: Sequence[Optional[TensorType]], out: TensorType, at
         work.add_vector("alu", out.size)
         stages += 1 if attrs.get("activation") else 0
     for op_type, op_attrs in activation_op(attrs):
-        work = work + kernel_of(op_type).work([out, out] if op_type == "Mul" else [out], [out], op_attrs)
+        work = work + kernel_of(op_type).work([out, out] if op_type == "Mul" else [out], [out],
+                                              with_impl(attrs, op_attrs))
     if attrs.get("activation") == "SiLU":
         stages += 1
     work.onchip_bytes = stages * out.nbytes

@@ -13,11 +13,14 @@ the epilogue runs on that accumulator; the result is rounded to the data dtype o
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from codegen.registry import kernel_of, register
 from codegen.work import Work
 from ge.ops.nn import matmul_shape
+from ge.ops.common import own_dtype_inside, with_impl
 from ge.ops.registry import OpDef, OpKind, TensorType, get_op
 from ge.errors import AtcError, InvalidNode
 
@@ -49,25 +52,30 @@ def accumulate_dtype(dtype) -> np.dtype:
     return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
 
 
-def epilogue(acc: np.ndarray, bias, residual, activation: str) -> np.ndarray:
-    """bias add -> activation -> residual add, on the accumulator dtype."""
+def epilogue(acc: np.ndarray, bias, residual, activation: str, attrs: Optional[dict] = None,
+             data_dtype=None) -> np.ndarray:
+    """bias add -> activation -> residual add, on the accumulator dtype.  A high_performance
+    (or keep_fp16) kernel runs the activation on the data dtype instead (`attrs`' op_impl_mode)."""
     ct = acc.dtype
     if bias is not None:
         acc = acc + bias.astype(ct, copy=False)
     spec = ACTIVATIONS[activation]
     if spec is not None:
-        acc = get_op(spec[0]).compute([acc], dict(spec[1]))[0]
+        act_attrs = with_impl(attrs or {}, spec[1])
+        if data_dtype is not None and own_dtype_inside(act_attrs):
+            acc = acc.astype(data_dtype, copy=False)
+        acc = get_op(spec[0]).compute([acc], act_attrs)[0].astype(ct, copy=False)
     if residual is not None:
         acc = acc + residual.astype(ct, copy=False)
     return acc
 
 
-def gemm_compute(inputs, act: str = ""):
+def gemm_compute(inputs, act: str = "", attrs: Optional[dict] = None):
     """x @ W then the epilogue; also the GEMM half of LayerNormMatMulFusionOp."""
     x, w = inputs[0], inputs[1]
     ct = accumulate_dtype(x.dtype)
     acc = np.matmul(x.astype(ct, copy=False), w.astype(ct, copy=False))
-    y = epilogue(np.asarray(acc), _optional(inputs, 2), _optional(inputs, 3), act)
+    y = epilogue(np.asarray(acc), _optional(inputs, 2), _optional(inputs, 3), act, attrs, x.dtype)
     return [y.astype(x.dtype, copy=False)]
 
 
@@ -79,7 +87,8 @@ def gemm_infer(inputs, attrs):
     return [TensorType(np.dtype(x.dtype), matmul_shape(x.shape, w.shape))]
 
 
-def epilogue_work(out: TensorType, has_bias: bool, activation: str, has_residual: bool) -> Work:
+def epilogue_work(out: TensorType, has_bias: bool, activation: str, has_residual: bool,
+                  attrs: Optional[dict] = None) -> Work:
     """Vector work of the epilogue, and the on-chip bytes of the intermediates it avoids
     writing: the raw product plus every stage output except the last."""
     work = Work()
@@ -89,7 +98,7 @@ def epilogue_work(out: TensorType, has_bias: bool, activation: str, has_residual
         stages += 1
     spec = ACTIVATIONS[activation]
     if spec is not None:
-        work = work + kernel_of(spec[0]).work([out], [out], dict(spec[1]))
+        work = work + kernel_of(spec[0]).work([out], [out], with_impl(attrs or {}, spec[1]))
         stages += 1
     if has_residual:
         work.add_vector("alu", out.size)
@@ -98,17 +107,17 @@ def epilogue_work(out: TensorType, has_bias: bool, activation: str, has_residual
     return work
 
 
-def gemm_work(inputs, outputs, act: str = ""):
+def gemm_work(inputs, outputs, act: str = "", attrs: Optional[dict] = None):
     x, out = inputs[0], outputs[0]
     cube = Work(cube_macs=out.size * int(x.shape[-1]))
     return cube + epilogue_work(out, _optional(inputs, 2) is not None, act,
-                                _optional(inputs, 3) is not None)
+                                _optional(inputs, 3) is not None, attrs)
 
 
 def _register(op_type: str, act: str) -> None:
     register(OpDef(op_type=op_type, kind=OpKind.OUT_EWISE_FUSABLE,
-                   compute=lambda inputs, attrs: gemm_compute(inputs, act), infer=gemm_infer),
-             work=lambda inputs, outputs, attrs: gemm_work(inputs, outputs, act))
+                   compute=lambda inputs, attrs: gemm_compute(inputs, act, attrs), infer=gemm_infer),
+             work=lambda inputs, outputs, attrs: gemm_work(inputs, outputs, act, attrs))
 
 
 for _act, _op_type in FUSED_OP_BY_ACTIVATION.items():

@@ -46,7 +46,7 @@ def _compute(inputs, attrs):
     x, gamma, beta = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
     ln_inputs = [x, gamma] + ([beta] if beta is not None else [])
     normalized = get_op("LayerNormalization").compute(ln_inputs, _ln_attrs(attrs))[0]
-    y = gemm_compute(_gemm_inputs(normalized, inputs), _activation(attrs))[0]
+    y = gemm_compute(_gemm_inputs(normalized, inputs), _activation(attrs), attrs)[0]
     return [y, normalized] if int(attrs.get("emit_normalized", 0)) else [y]
 
 
@@ -64,7 +64,7 @@ def _work(inputs, outputs, attrs):
     normalized = TensorType(np.dtype(x.dtype), tuple(x.shape))
     ln_inputs = [x] + list(inputs[1:3])
     ln = kernel_of("LayerNormalization").work(ln_inputs, [normalized], _ln_attrs(attrs))
-    gemm = gemm_work(_gemm_inputs(normalized, inputs), outputs[:1], _activation(attrs))
+    gemm = gemm_work(_gemm_inputs(normalized, inputs), outputs[:1], _activation(attrs), attrs)
     work = ln + gemm
     work.onchip_bytes = normalized.nbytes + gemm.onchip_bytes
     return work

@@ -6,7 +6,7 @@ ALU op per extra input per element (Mean one more, for the division by the count
 from __future__ import annotations
 
 from codegen.registry import register
-from codegen.work import Work, no_work, per_element
+from codegen.work import Work, by_impl, no_work, per_element
 from ge.ops.common import present
 
 
@@ -26,7 +26,9 @@ def _clip_work(inputs, outputs, attrs) -> Work:
 # op type: (work rule, .om type; "" = the op type)
 KERNELS = {
     "Relu":            (per_element(alu=1), "Relu"),
-    "Sigmoid":         (per_element(transcendental=1, alu=1, div=1), "Sigmoid"),
+    # high_performance: add, reciprocal estimate and a select/multiply instead of the division
+    "Sigmoid":         (by_impl(per_element(transcendental=1, alu=1, div=1),
+                                per_element(transcendental=1, alu=3)), "Sigmoid"),
     "Tanh":            (per_element(transcendental=1), ""),
     "Exp":             (per_element(transcendental=1), "Exp"),
     "Log":             (per_element(transcendental=1), "Log"),

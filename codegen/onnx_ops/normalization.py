@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from codegen.registry import register
-from codegen.work import Work, per_element
+from codegen.work import Work, by_impl, per_element
 from ge.ops.normalization import norm_axis
 
 
@@ -41,7 +41,9 @@ def _group_norm_work(inputs, outputs, attrs):
 
 
 # max-reduce, sub, exp, sum-reduce, div per element
-register("Softmax", per_element(alu=3, transcendental=1, div=1), "SoftmaxV2")
+# high_performance: a multiply by the row's reciprocal estimate instead of a division per element
+register("Softmax", by_impl(per_element(alu=3, transcendental=1, div=1), per_element(alu=4, transcendental=1)),
+         "SoftmaxV2")
 # max-reduce, sub, exp, sum-reduce, sub per element (log per row is negligible but counted)
 register("LogSoftmax", per_element(alu=4, transcendental=1))
 register("BatchNormalization", _batch_norm_work, "BatchNorm")

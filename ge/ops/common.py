@@ -47,3 +47,45 @@ def broadcast_result(inputs: Sequence[Optional[TensorType]], attrs: dict, dtype=
     shapes = [t.shape for t in present(inputs)]
     out_dtype = np.dtype(dtype) if dtype is not None else np.dtype(present(inputs)[0].dtype)
     return [TensorType(out_dtype, broadcast_shape(*shapes))]
+
+
+# -- implementation modes (--op_select_implmode / --op_precision_mode) -----------------------
+# A kernel with two implementations reads the attribute `op_impl_mode` the compiler sets:
+# ""/"high_precision": the exact formula, float16 data computed with float32 intermediates;
+# "high_performance": the fast approximation, intermediates in the data's own dtype, divisions
+# replaced by an approximate reciprocal; "keep_fp16": the exact formula in the data's dtype.
+IMPL_MODE_ATTR = "op_impl_mode"
+
+
+def impl_mode(attrs: dict) -> str:
+    mode = attrs.get(IMPL_MODE_ATTR, "") if attrs else ""
+    return mode.decode() if isinstance(mode, bytes) else str(mode)
+
+
+def fast_impl(attrs: dict) -> bool:
+    return impl_mode(attrs) == "high_performance"
+
+
+def own_dtype_inside(attrs: dict) -> bool:
+    """Intermediates stay in the data's dtype (no float32 upcast for float16 data)."""
+    return impl_mode(attrs) in ("high_performance", "keep_fp16")
+
+
+def with_impl(attrs: dict, member_attrs: dict) -> dict:
+    """A member op's attributes carrying the enclosing kernel's implementation mode."""
+    mode = impl_mode(attrs)
+    return {**member_attrs, IMPL_MODE_ATTR: mode} if mode else dict(member_attrs)
+
+
+def approx_reciprocal(d: np.ndarray) -> np.ndarray:
+    """1/d as the vector unit's reciprocal estimate gives it: within one unit in the last
+    place of d's dtype, rounded toward zero (not to nearest) -- the cheap instruction the
+    high_performance kernels use instead of a division."""
+    d = np.asarray(d)
+    if d.dtype == np.float16:
+        r = (np.float32(1.0) / d.astype(np.float32)).view(np.uint32) & np.uint32(~((1 << 13) - 1) & 0xFFFFFFFF)
+        return r.view(np.float32).astype(np.float16)
+    if d.dtype == np.float32:
+        r = (1.0 / d.astype(np.float64)).view(np.uint64) & np.uint64(~((1 << 29) - 1) & 0xFFFFFFFFFFFFFFFF)
+        return r.view(np.float64).astype(np.float32)
+    return 1.0 / d

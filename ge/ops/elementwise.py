@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from ge.ops.common import broadcast_result, present, same_as_input
+from ge.ops.common import approx_reciprocal, broadcast_result, fast_impl, own_dtype_inside, present, same_as_input
 from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import invalid_attr
 
@@ -101,7 +101,7 @@ def _unary(op_type: str, fn: Callable, fp32_inside: bool = True, out_dtype=None,
 
     def compute(inputs, attrs):
         x = inputs[0]
-        y = np.asarray(fn(upcast(x) if fp32_inside else x, attrs))
+        y = np.asarray(fn(upcast(x) if fp32_inside and not own_dtype_inside(attrs) else x, attrs))
         return [y.astype(out_dtype if out_dtype is not None else x.dtype, copy=False)]
 
     def infer(inputs, attrs):
@@ -149,6 +149,9 @@ def _variadic(op_type: str, fn: Callable) -> None:
 def _sigmoid(x, a):
     # Split by sign so exp never overflows.
     e = np.exp(-np.abs(x))
+    if fast_impl(a):      # high_performance: reciprocal estimate, one multiply instead of a division
+        r = approx_reciprocal(np.asarray(1 + e, dtype=x.dtype))
+        return np.where(x >= 0, r, (e * r).astype(x.dtype, copy=False))
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
@@ -156,7 +159,7 @@ def _gelu(x, a):
     approx = a.get("approximate", "none")
     if isinstance(approx, bytes):
         approx = approx.decode()
-    if approx == "tanh":
+    if approx == "tanh" or fast_impl(a):      # high_performance: the tanh approximation
         c = float(np.sqrt(2 / np.pi))
         return 0.5 * x * (1 + np.tanh(c * (x + 0.044715 * x * x * x)))
     if approx != "none":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ge.ops.common import normalize_axis, same_as_input
+from ge.ops.common import approx_reciprocal, fast_impl, normalize_axis, own_dtype_inside, same_as_input
 from ge.ops.registry import OpDef, OpKind, register
 from ge.errors import invalid_attr
 
@@ -33,6 +33,15 @@ def norm_axis(op_type: str, attrs: dict, rank: int, default: int) -> int:
 def _softmax(inputs, attrs):
     x = inputs[0]
     axis = norm_axis("Softmax", attrs, x.ndim, -1)
+    if own_dtype_inside(attrs):
+        # high_performance / keep_fp16: exp in the data's dtype, the sum accumulated in float32
+        # (the vector unit's reduce), then -- high_performance -- one reciprocal estimate per row
+        # and a multiply instead of a division per element
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        total = np.sum(e, axis=axis, keepdims=True, dtype=np.float32).astype(x.dtype)
+        if fast_impl(attrs):
+            return [(e * approx_reciprocal(total)).astype(x.dtype, copy=False)]
+        return [(e / total).astype(x.dtype, copy=False)]
     a = _f32(x)
     e = np.exp(a - np.max(a, axis=axis, keepdims=True))
     return [(e / np.sum(e, axis=axis, keepdims=True)).astype(x.dtype, copy=False)]
