@@ -27,7 +27,7 @@ import numpy as np
 
 from codegen.registry import register
 from codegen.work import Work
-from ge.errors import AtcError, invalid_attr
+from ge.errors import InvalidNode, invalid_attr
 from ge.ops.registry import OpDef, OpKind, TensorType
 
 OP_TYPE = "Aipp"
@@ -129,11 +129,11 @@ def _infer(inputs, attrs):
     params = _params(attrs)
     raw = inputs[0]
     if np.dtype(raw.dtype) != np.uint8 or len(raw.shape) != 4:
-        raise AtcError("E16004", f"Op [{OP_TYPE}] takes a 4-D uint8 image, not {np.dtype(raw.dtype)} "
+        raise InvalidNode(f"Op [{OP_TYPE}] takes a 4-D uint8 image, not {np.dtype(raw.dtype)} "
                        f"{list(raw.shape)}.", "Recompile the model with this version of atc_py.")
     src_h, src_w = int(attrs["src_h"]), int(attrs["src_w"])
     if tuple(raw.shape) != raw_shape(params, raw.shape[0], src_h, src_w):
-        raise AtcError("E16004", f"Op [{OP_TYPE}] input {list(raw.shape)} does not hold a {src_h}x{src_w} "
+        raise InvalidNode(f"Op [{OP_TYPE}] input {list(raw.shape)} does not hold a {src_h}x{src_w} "
                        f"{params['input_format']} image.", "Recompile the model with this version of atc_py.")
     h, w = output_hw(params, src_h, src_w)
     c = int(attrs["output_channels"])
