@@ -79,9 +79,20 @@ def gflags_argv(argv: list) -> list:
     return out
 
 
+def _refuse_repeated(argv: list) -> None:
+    """`--model=a --model=b` is a mistake, not "the last one wins": refuse it, as ATC does."""
+    names = [arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--") and len(arg) > 2]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise AtcError("E10001", f"Parameter [--{repeated[0]}] is given {names.count(repeated[0])} times.",
+                       "Give each parameter once.")
+
+
 def parse_args(argv: list) -> AtcOptions:
+    argv = gflags_argv(list(argv))
+    _refuse_repeated(argv)
     try:
-        values = _build_command().main(args=gflags_argv(list(argv)), prog_name="atc", standalone_mode=False)
+        values = _build_command().main(args=argv, prog_name="atc", standalone_mode=False)
     except click.exceptions.NoSuchOption as exc:
         raise AtcError("E10001", f"Parameter [{exc.option_name}] is not supported.",
                        "Try 'atc --help' for the supported parameters.")

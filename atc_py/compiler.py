@@ -55,7 +55,7 @@ def apply_out_nodes(graph: Graph, spec: str) -> None:
                        "node output.", 'Use --out_nodes="node1:0;node2:1", or leave it out.')
     for item in items:
         name, sep, index = item.rpartition(":")
-        if not sep or not name or not index.strip().isdigit():
+        if not sep or not name or not (index.strip().isascii() and index.strip().isdigit()):
             raise AtcError("E10001", f"Value [{spec}] for parameter [--out_nodes] is invalid. Reason: [{item}] "
                            "is not of the form node_name:output_index.", 'Use --out_nodes="node1:0;node2:1".')
         node = graph.find_node(name)

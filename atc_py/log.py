@@ -7,8 +7,11 @@ ASCEND_GLOBAL_LOG_LEVEL <= 1 (as in the seeds).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
+
+from ge.errors import AtcError
 
 _LEVELS = {"debug": 0, "info": 1, "warning": 2, "error": 3, "null": 4}
 
@@ -23,7 +26,11 @@ class Logger:
     def from_options(cls, options) -> "Logger":
         level = _LEVELS.get(options.log, 4)
         env = os.environ.get("ASCEND_GLOBAL_LOG_LEVEL", "").strip()
-        if options.log == "null" and env.isdigit():
+        if env and not re.fullmatch(r"[0-9]+", env):   # str.isdigit() also takes '²', which int() refuses
+            raise AtcError("E13024", f"Value [{env}] for environment variable [ASCEND_GLOBAL_LOG_LEVEL] is invalid. "
+                           "Reason: it must be 0 (debug), 1 (info), 2 (warning), 3 (error) or 4 (null).",
+                           "Set ASCEND_GLOBAL_LOG_LEVEL to a digit from 0 to 4, or unset it.")
+        if options.log == "null" and env:
             level = min(int(env), 4)
         fusion_log = os.environ.get("GE_GRAPH_FUSION_LOG", "").strip() == "1" and level <= 1
         return cls(level, fusion_log or level <= 1)

@@ -2,7 +2,7 @@
 
 `--super_kernel_scope` takes `all` (the whole static graph), comma-separated node-name
 prefixes (like TorchAir's `super_kernel(scope)` blocks, which name a module path), or
-`re:<regex>`.  A task is in a scope when its node name or one of the ONNX nodes it covers
+`re:<regex>` (RE2 syntax, linear-time matching).  A task is in a scope when its node name or one of the ONNX nodes it covers
 matches; each maximal run of consecutive tasks in the same scope with at least two kernels
 becomes one super kernel.  The simulator prices a super kernel as one launch plus a
 full-core sync between sub-kernels minus the early-start/ICache-preload overlap
@@ -10,11 +10,28 @@ full-core sync between sub-kernels minus the early-start/ICache-preload overlap
 """
 from __future__ import annotations
 
-import re
 from typing import Callable, Optional, Sequence
+
+import re2
 
 from ge.errors import invalid_param
 from ge.ir import Node
+
+
+def _compile(scope: str):
+    """The regex of `re:<regex>`, compiled by RE2: matching takes time linear in the name
+    whatever the pattern (Python's re backtracks for minutes on `^(a+)+$` against a long
+    name), and RE2 refuses patterns whose automaton would exceed its memory bound.  RE2
+    syntax is Python's without backreferences and lookaround."""
+    options = re2.Options()
+    options.log_errors = False    # the error is ours to report, not RE2's to print
+    try:
+        return re2.compile(scope[3:], options)
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise invalid_param(scope, "--super_kernel_scope", f"the regex does not compile under RE2 ({reason}); "
+                            "backreferences and lookaround are not supported.",
+                            "Use all, name prefixes separated by ',', or re:<regex> in RE2 syntax.") from None
 
 
 def scope_matcher(scope: str) -> Optional[Callable[[str], Optional[str]]]:
@@ -25,11 +42,7 @@ def scope_matcher(scope: str) -> Optional[Callable[[str], Optional[str]]]:
     if scope == "all":
         return lambda name: "all"
     if scope.startswith("re:"):
-        try:
-            pattern = re.compile(scope[3:])
-        except re.error as exc:
-            raise invalid_param(scope, "--super_kernel_scope", f"the regex does not compile ({exc}).",
-                                "Use all, name prefixes separated by ',', or re:<regex>.")
+        pattern = _compile(scope)
         return lambda name: "re" if pattern.search(name) else None
     prefixes = [p.strip() for p in scope.split(",") if p.strip()]
     if not prefixes:

@@ -69,7 +69,7 @@ class AutofuseFlags:
             flags.enabled = value == "true"
         if "max_fusion_size" in raw:
             text_n = raw["max_fusion_size"]
-            if not text_n.isdigit() or int(text_n) < 1:
+            if not (text_n.isascii() and text_n.isdigit()) or int(text_n) < 1:   # isdigit alone takes "²"
                 raise _bad(f"--max_fusion_size={text_n}", "it must be a positive integer.",
                            "Write e.g. --max_fusion_size=64.")
             flags.max_fusion_size = int(text_n)

@@ -12,11 +12,11 @@ the valid names.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Optional
 
 from ge.errors import AtcError, AtcWarning
+from ge.files import read_input
 
 # Huawei GE/FE fusion pass -> our pass doing the same rewrite (docs/FORMATS.md gives the source
 # of each name).  Several Huawei UB fusions of element-wise chains are what autofuse does.
@@ -79,6 +79,9 @@ def _state(value, pass_name: str, path: str, line: Optional[int] = None) -> bool
     return text == "on"
 
 
+_MAX_SWITCH_FILE_BYTES = 4 << 20   # a switch file names a few dozen passes
+
+
 def _file_error(path: str, reason: str) -> AtcError:
     return AtcError("E10001", f"Value [{path}] for parameter [--fusion_switch_file] is invalid. Reason: {reason}",
                     'Write {"Switch": {"GraphFusion": {"PassName": "off"}}}, or PassName:off one a line.')
@@ -86,13 +89,10 @@ def _file_error(path: str, reason: str) -> AtcError:
 
 def _read_switch_file(path: str) -> list:
     """[(section, name, value, line)] from either file form; line is None for JSON."""
-    if not os.path.isfile(path):
-        raise AtcError("E10001", f"Value [{path}] for parameter [--fusion_switch_file] is invalid. "
-                       "Reason: the file does not exist.", "Check the path of the fusion switch file.")
+    data = read_input(path, "--fusion_switch_file", max_bytes=_MAX_SWITCH_FILE_BYTES)   # a regular file
     try:
-        with open(path, "r", encoding="utf-8-sig") as f:
-            text = f.read(1 << 22)
-    except (OSError, UnicodeDecodeError) as exc:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
         raise _file_error(path, f"it cannot be read as UTF-8 text ({exc}).")
     if text.lstrip().startswith("{"):
         return _json_entries(path, text)

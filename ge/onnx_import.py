@@ -54,8 +54,25 @@ def load_model(path: str) -> onnx.ModelProto:
         raise AtcError("E16001", f"Model file [{path}] is not a valid ONNX model: it has no graph, "
                        "no nodes or no opset_import.",
                        "Check that the file is a complete ONNX model (not truncated).")
+    _check_text(model, path)
     _load_external_data(model, os.path.dirname(os.path.abspath(path)))
     return model
+
+
+def _check_text(model: onnx.ModelProto, path: str) -> None:
+    """Every name must be UTF-8 text: protobuf hands a proto2 string with invalid UTF-8 back as
+    bytes, which would fail far downstream."""
+    graph = model.graph
+    named = [("node", n.name or n.op_type, [n.name, n.op_type, n.domain, *n.input, *n.output,
+                                             *(a.name for a in n.attribute)]) for n in graph.node]
+    named += [("value", v.name, [v.name]) for v in (*graph.input, *graph.output, *graph.value_info)]
+    named += [("initializer", t.name, [t.name]) for t in graph.initializer]
+    named += [("opset", o.domain, [o.domain]) for o in model.opset_import]
+    for kind, owner, texts in named:
+        if any(isinstance(text, bytes) for text in texts):
+            shown = owner.decode("utf-8", "replace") if isinstance(owner, bytes) else owner
+            raise AtcError("E16001", f"Model file [{path}] has a {kind} [{shown}] whose name or references are not "
+                           "valid UTF-8 text.", "Re-export the model; ONNX names are UTF-8 strings.")
 
 
 def _load_external_data(model: onnx.ModelProto, base_dir: str) -> None:

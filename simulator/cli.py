@@ -76,7 +76,7 @@ def _switch(name):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="atc-sim", allow_abbrev=False, description="Run an Ascend .om on the bundled numpy NPU simulator "
                 "(ais_bench flags). NPU times are simulated by the cost model of --soc_version.")
-    p.register("action", "store", _Once)   # every flag once
+    p.register("action", None, _Once)      # the default action: every flag once
     p.add_argument("--model", required=True, help="the .om file")
     p.add_argument("--input", default="", help="comma-separated .npy/.bin files in model input order, a folder of "
                    "files named <input name>.npy, or ais_bench's dataset form: one folder per model input (the "
