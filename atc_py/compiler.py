@@ -30,7 +30,7 @@ from simulator.cost_model import load_chip
 class CompileResult:
     graph: Graph                 # after fusion
     unfused: Graph               # after the generic passes, before fusion
-    fusion_results: list         # a FusionResult per fusion pass, in pipeline order
+    fusion_results: list         # a PassResult per pipeline entry, in order (FusionResult for fusion passes)
     switches: FusionSwitches
     partitions: Optional[OmPartitions] = None
     generic_changes: dict = field(default_factory=dict)

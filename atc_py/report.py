@@ -15,6 +15,7 @@ from google.protobuf import text_format
 from codegen import super_kernel
 from codegen.om_builder import build_partitions, compute_dtype
 from codegen.registry import kernel_of
+from fusion_passes.base import FusionResult
 from fusion_passes.switches import parse_env_flags
 from ge.files import Outputs
 from om_format.container import build_om
@@ -39,10 +40,26 @@ class FusionReport:
     super_kernels: list = field(default_factory=list)   # groups of node names
     launches_after: int = 0                               # with super kernels, if any
     precision_overrides: list = field(default_factory=list)  # kernels whose dtype/impl a flag changed
+    canonical: dict = field(default_factory=dict)         # canonicalization: rewrite name -> changes
 
     @property
     def overall_speedup(self) -> float:
         return self.time_before_us / self.time_after_us if self.time_after_us > 0 else 1.0
+
+
+def fusion_outcomes(result) -> list:
+    """The FusionResults of the run's fusion passes (the pipeline's other stages, such as
+    canonicalization, are not fusions: the report and fusion_result.json do not list them)."""
+    return [r for r in result.fusion_results if isinstance(r, FusionResult)]
+
+
+def canonical_changes(result) -> dict:
+    """{rewrite name: changes} of the canonicalization stage(s) of the run."""
+    changes: dict = {}
+    for outcome in result.fusion_results:
+        for name, count in getattr(outcome, "by_rewrite", {}).items():
+            changes[name] = changes.get(name, 0) + count
+    return changes
 
 
 def _kernels(graph: Graph) -> int:
@@ -61,7 +78,7 @@ def build_report(result, soc_version: str, precision_mode: str, super_kernel_sco
     stream = price_tasks(result.graph, chip, dtype_of,
                          {name: i for i, group in enumerate(groups) for name in group})
     patterns = []
-    for outcome in result.fusion_results:
+    for outcome in fusion_outcomes(result):
         if outcome.match_times == 0 and not outcome.effect_times:
             continue
         fused = [n for n in result.graph.nodes if n.provenance.get("pass") == outcome.pass_name]
@@ -76,12 +93,12 @@ def build_report(result, soc_version: str, precision_mode: str, super_kernel_sco
             "speedup": (t_unfused / t_fused) if t_fused > 0 else 1.0,
             "misses": len(outcome.misses),
         })
-    misses = [m for outcome in result.fusion_results for m in outcome.misses]
+    misses = [m for outcome in fusion_outcomes(result) for m in outcome.misses]
     overrides = result.plan.overrides(result.graph) if result.plan is not None else []
     return FusionReport(patterns, len(result.unfused.nodes), len(result.graph.nodes),
                         _kernels(result.unfused), _kernels(result.graph),
                         sum(c.total_us for c in before.values()), stream.total_us,
-                        misses, groups, stream.launches, overrides)
+                        misses, groups, stream.launches, overrides, canonical_changes(result))
 
 
 def report_lines(report: FusionReport) -> list:
@@ -115,7 +132,7 @@ def report_lines(report: FusionReport) -> list:
 def fusion_result_json(result) -> dict:
     """ATC's fusion_result.json: counts as strings, graph_fusion vs ub_fusion."""
     graph_fusion, ub_fusion = {}, {}
-    for outcome in result.fusion_results:
+    for outcome in fusion_outcomes(result):
         if outcome.match_times == 0:
             continue
         entry = {"effect_times": str(outcome.effect_times), "match_times": str(outcome.match_times)}
@@ -155,7 +172,7 @@ def write_debug_dumps(result, directory: str, with_subgraphs: bool, soc_version:
     out.make_folder(directory, param)
     written, stems = [], set()
     index = 0
-    for outcome in result.fusion_results:
+    for outcome in fusion_outcomes(result):
         for miss in outcome.misses:
             path = os.path.join(directory, f"fusion_failure_{index:04d}_{_safe(miss.pass_name)}.json")
             written.append(out.write_json(path, miss.to_json(), param))
@@ -201,6 +218,8 @@ def print_report(report: FusionReport, log) -> None:
         log.ge(line)
     for line in precision_lines(report):
         log.info(line)
+    if report.canonical:
+        log.debug("[GE] canonicalization: " + ", ".join(f"{name} {count}" for name, count in report.canonical.items()))
     for miss in report.misses:
         log.debug(f"[GE] fusion miss {miss.code} {miss.reason_name}: pass {miss.pass_name}, anchor "
                   f"{miss.anchor}, ops {[t for _, t in miss.nodes]}: {miss.constraint}; tensors {miss.tensors}")

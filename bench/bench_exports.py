@@ -43,7 +43,7 @@ def ours(path: str, workdir: str) -> dict:
     kernels = [n for n in result.graph.nodes if not kernel_of(n.op_type).no_task]
     types = collections.Counter(n.op_type for n in kernels)
     fired = {s.pass_name.replace("FusionPass", "").replace("Pass", ""): s.effect_times
-             for s in result.fusion_results if s.effect_times}
+             for s in result.fusion_results if getattr(s, "effect_times", 0)}
     return {"kernels": len(kernels), "types": types, "fired": fired, "seconds": time.time() - start,
             "unfused_convs": types.get("Conv", 0), "softmax": types.get("Softmax", 0),
             "mha": sum(v for k, v in types.items() if "Attention" in k)}

@@ -3,15 +3,18 @@
 Order matters: ConvBNReLU first so the head pattern (ConvPoolFC) can take a fused conv;
 LayerNorm recognition before attention so MHA sees one LayerNorm op; MHA before
 MatMulBiasAct so the Q/K/V projections go into the attention kernel; LayerNormMatMul after
-MatMulBiasAct so it can absorb a fused GEMM; autofuse last, on whatever is left.  A stage
-that prepares the graph for the named fusions (canonicalization) is one more entry before
-them: every entry is a `GraphPass` (ge/passes/contract.py), run by the same loop.
+MatMulBiasAct so it can absorb a fused GEMM; autofuse last, on whatever is left.  Before
+them all, the canonicalization stage (fusion_passes/canonical/) rewrites exporter idioms
+into the one form the named passes match.  Every entry is a `GraphPass`
+(ge/passes/contract.py), run by the same loop.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 from fusion_passes.autofuse import AutoFusePass, AutofuseFlags
+from fusion_passes.base import FusionPass
+from fusion_passes.canonical import CanonicalizePass
 from fusion_passes.conv_bn_relu import ConvBNReluFusionPass
 from fusion_passes.conv_pool_fc import ConvPoolFCFusionPass
 from fusion_passes.layer_norm import LayerNormFusionPass
@@ -29,6 +32,7 @@ def fusion_passes(switches: Optional[FusionSwitches] = None,
                   autofuse_flags: Optional[AutofuseFlags] = None) -> list:
     """The fusion passes, in the order they run."""
     return [
+        CanonicalizePass(switches),
         QuantConvBNReluFusionPass(switches),      # int8 first: they take the DequantizeLinear-fed
         QuantMatMulBiasActFusionPass(switches),   # convs and GEMMs before the float passes look
         ConvBNReluFusionPass(switches),
@@ -43,7 +47,7 @@ def fusion_passes(switches: Optional[FusionSwitches] = None,
 
 def known_names() -> tuple:
     """(pass names, fused op names): what the switch file and GE_FUSION_DISABLE_LIST accept."""
-    passes = fusion_passes()
+    passes = [p for p in fusion_passes() if isinstance(p, FusionPass)]
     return [p.pass_name for p in passes], sorted({op for p in passes for op in p.fused_ops})
 
 

@@ -1,0 +1,73 @@
+"""The canonicalization stage: exporter idioms -> one canonical form, before the named fusions.
+
+Why: torch's TorchScript and dynamo exporters and transformers' attention implementations
+spell the same computation many ways (a scale on Q and on K or on the scores, a NaN guard
+after Softmax, Squeeze or Reshape, Gemm or MatMul+Add, ...).  Rewriting them here into one
+form means each named pass (fusion_passes/*.py) matches one pattern, once.
+
+One file per rewrite (a `Rewrite`, fusion_passes/canonical/rewrite.py); `REWRITES` is their
+order.  The stage runs the list over the graph until nothing changes (at most `MAX_ROUNDS`
+times: one rewrite can expose another's idiom), removes what the rewrites left unused, and
+reports how often each rewrite changed the graph (`CanonicalResult.by_rewrite`, printed
+under --log=debug).  It is one entry of fusion_passes.pipeline.fusion_passes(), before the
+named passes; it always runs (it changes how the graph is written, not what it computes),
+and is not a fusion pass: the switch file and the Graph Fusion Report do not list it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from fusion_passes.canonical.rewrite import Rewrite
+from fusion_passes.switches import FusionSwitches
+from ge.ir import Graph
+from ge.passes.contract import CANONICAL, TYPED, GraphPass, PassResult
+from ge.passes.dead_code import remove_dead_nodes
+
+MAX_ROUNDS = 8
+
+# The rewrites, in the order they run in each round.
+REWRITES: tuple = (
+)
+
+
+@dataclass
+class CanonicalResult(PassResult):
+    """What the stage changed: `changes` in total, and per rewrite name."""
+
+    by_rewrite: dict = field(default_factory=dict)
+
+    def count(self, rewrite: Rewrite) -> None:
+        self.changes += 1
+        self.by_rewrite[rewrite.name] = self.by_rewrite.get(rewrite.name, 0) + 1
+
+
+class CanonicalizePass(GraphPass):
+    """The stage as one pass of the fusion pipeline.  Built like every pipeline entry from
+    the switches (which do not reach it: canonical rewrites are not fusions)."""
+
+    name = pass_name = "CanonicalizePass"
+    requires = frozenset({TYPED, CANONICAL})
+
+    def __init__(self, switches: Optional[FusionSwitches] = None,
+                 rewrites: Optional[Sequence[Rewrite]] = None):
+        self.rewrites = tuple(REWRITES if rewrites is None else rewrites)
+
+    def run(self, graph: Graph) -> CanonicalResult:
+        result = CanonicalResult(self.name)
+        for _ in range(MAX_ROUNDS):
+            before = result.changes
+            for rewrite in self.rewrites:
+                for node in list(graph.nodes):
+                    if node.graph is graph and node.op_type in rewrite.anchor_types and _live(node) \
+                            and rewrite.apply(graph, node):
+                        result.count(rewrite)
+            remove_dead_nodes(graph)
+            if result.changes == before:
+                break
+        return result
+
+
+def _live(node) -> bool:
+    """A node an earlier rewrite bypassed (nothing reads it) is not rewritten again."""
+    return any(v.uses or v.is_graph_output for v in node.outputs)

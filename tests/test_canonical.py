@@ -1,0 +1,100 @@
+"""The canonicalization stage (fusion_passes/canonical/): one entry of the fusion pipeline,
+before the named passes, running its ordered list of rewrites to a fixed point and saying
+what each changed.  The rewrites' own tests (on real exports) sit with the patterns they
+serve; this file holds the stage's contract."""
+from __future__ import annotations
+
+import numpy as np
+
+from fusion_passes import pipeline
+from fusion_passes.base import FusionPass
+from fusion_passes.canonical import REWRITES, CanonicalizePass
+from fusion_passes.canonical.rewrite import Rewrite, absorb_origin, add_node, replace_value
+from ge.ir import Graph, TensorDesc
+from ge.passes.contract import CANONICAL, TYPED, run_passes
+from helpers import op_types
+
+F32 = np.dtype(np.float32)
+
+
+def test_the_stage_runs_first_and_is_not_a_fusion_pass():
+    passes = pipeline.fusion_passes()
+    assert isinstance(passes[0], CanonicalizePass)
+    assert all(isinstance(p, FusionPass) for p in passes[1:])
+    names, _ = pipeline.known_names()
+    assert "CanonicalizePass" not in names          # not switchable like a fusion, not in the report
+    assert all(isinstance(r, Rewrite) and r.name and r.anchor_types for r in REWRITES)
+    assert len({r.name for r in REWRITES}) == len(REWRITES)
+
+
+class NegNegToIdentity(Rewrite):
+    """-(-x) -> x (a stand-in rewrite: it bypasses two nodes)."""
+
+    name = "NegNeg"
+    anchor_types = ("Neg",)
+
+    def apply(self, graph, node):
+        inner = node.inputs[0].producer
+        if inner is None or inner.op_type != "Neg":
+            return False
+        replace_value(graph, node.outputs[0], inner.inputs[0])
+        return True
+
+
+class DropIdentity(Rewrite):
+    name = "DropIdentity"
+    anchor_types = ("Identity",)
+
+    def apply(self, graph, node):
+        replace_value(graph, node.outputs[0], node.inputs[0])
+        return True
+
+
+class ReluReluToRelu(Rewrite):
+    """relu(relu(x)) -> relu(x), as a new node that stands for both."""
+
+    name = "ReluRelu"
+    anchor_types = ("Relu",)
+
+    def apply(self, graph, node):
+        inner = node.inputs[0].producer
+        if inner is None or inner.op_type != "Relu":
+            return False
+        new = add_node(graph, "Relu", [inner.inputs[0]], {}, "relu", [inner, node])
+        replace_value(graph, node.outputs[0], new.outputs[0])
+        return True
+
+
+def _chain(*ops):
+    g = Graph("g")
+    x = g.new_value("x", TensorDesc(F32, (2, 3)))
+    g.inputs.append(x)
+    value = x
+    for op in ops:
+        value = g.make_node(op, [value], name=g.unique_name(op.lower()), descs=[TensorDesc(F32, (2, 3))]).outputs[0]
+    g.outputs = [value]
+    g.properties |= {TYPED, CANONICAL}
+    return g
+
+
+def test_rewrites_run_to_a_fixed_point_and_are_counted_by_name():
+    graph = _chain("Relu", "Neg", "Identity", "Neg")      # dropping the Identity exposes -(-y)
+    [result] = run_passes(graph, [CanonicalizePass(rewrites=[NegNegToIdentity(), DropIdentity()])])
+    assert op_types(graph) == ["Relu"]
+    assert result.by_rewrite == {"DropIdentity": 1, "NegNeg": 1} and result.changes == 2
+    assert graph.outputs[0].name == "neg_0:0"             # the graph output keeps its name
+
+
+def test_a_replacing_node_stands_for_what_it_replaced():
+    graph = _chain("Relu", "Relu", "Relu")
+    [result] = run_passes(graph, [CanonicalizePass(rewrites=[ReluReluToRelu()])])
+    assert op_types(graph) == ["Relu"] and result.by_rewrite == {"ReluRelu": 2}
+    assert sorted(graph.nodes[0].origin) == ["relu", "relu_0", "relu_1"]
+    assert graph.outputs[0].name == "relu_1:0"
+
+
+def test_absorbed_origins_follow_the_node():
+    graph = _chain("Relu", "Neg")
+    relu, neg = graph.nodes
+    absorb_origin(relu, [neg])
+    assert relu.origin == ["relu", "neg"]
