@@ -386,3 +386,98 @@ def test_concat_and_split_work_are_moves():
     outs = op.infer([TensorType(np.float32, (6, 2))], {"split": [2, 4]})
     assert [o.shape for o in outs] == [(2, 2), (4, 2)]
     assert kernel_of(op.op_type).work([TensorType(np.float32, (6, 2))], outs, {}).vector_ops == {"move": 12}
+
+
+# -- scatters ---------------------------------------------------------------------------------
+
+REDUCTIONS = ["none", "add", "mul", "max", "min"]
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("indices,update_shape", [
+    ([[0, 1], [2, -1], [0, 1]], (3, 5)),          # k=2 of rank 3: rows of 5, one duplicate
+    ([[1], [-3]], (2, 4, 5)),                      # k=1: whole slices, negative index
+    ([[[0, 0, 0], [2, 3, 4]]], (1, 2)),            # k=3: single elements, batched indices
+])
+def test_scatter_nd(reduction, indices, update_shape):
+    indices = np.array(indices, dtype=np.int64)
+    if reduction == "none":                       # duplicates are undefined without a reduction
+        indices = indices[[i for i in range(len(indices)) if
+                           not any((indices[i] == indices[j]).all() for j in range(i))]]
+        update_shape = indices.shape[:-1] + update_shape[len(indices.shape) - 1:]
+    check("ScatterND", [rand(3, 4, 5), indices, rand(*update_shape)], {"reduction": reduction})
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_scatter_elements(reduction, axis):
+    data = rand(3, 4)
+    shape = (2, 4) if axis == 0 else (3, 2)
+    if reduction == "none":    # one distinct index per row/column: no duplicates
+        idx = np.array([[0, -1, 1, 2], [2, 0, -3, 1]]) if axis == 0 else np.array([[0, -1], [3, 1], [-2, 0]])
+    else:
+        idx = RNG.integers(-3, 3, shape)
+    check("ScatterElements", [data, idx.astype(np.int64), rand(*shape)], {"axis": axis, "reduction": reduction})
+
+
+def test_scatter_int_data_and_int32_indices():
+    check("ScatterElements", [i64(1, 2, 3, 4), np.array([3, 0], np.int32), i64(9, 8)], {"reduction": "add"})
+    check("ScatterND", [i64(1, 2, 3, 4), np.array([[3], [0]], np.int64), i64(9, 8)], {"reduction": "max"})
+
+
+@pytest.mark.parametrize("op_type,inputs,attrs", [
+    ("ScatterND", [(3, 4), (2, 3), (2,)], {}),                   # index depth 3 > rank 2
+    ("ScatterND", [(3, 4), (2, 1), (2, 5)], {}),                 # updates do not match
+    ("ScatterND", [(3, 4), (2, 1), (2, 4)], {"reduction": "sub"}),
+    ("ScatterElements", [(3, 4), (2, 4), (2, 3)], {}),           # updates != indices shape
+    ("ScatterElements", [(3, 4), (2, 4), (2, 4)], {"axis": 2}),
+])
+def test_scatter_mistakes_are_atc_errors(op_type, inputs, attrs):
+    types = [TensorType(np.float32 if i != 1 else np.int64, s) for i, s in enumerate(inputs)]
+    with pytest.raises(AtcError) as info:
+        get_op(op_type).infer(types, attrs)
+    assert info.value.code == "E16004"
+
+
+@pytest.mark.parametrize("op_type,indices", [("ScatterND", [[3]]), ("ScatterElements", [[0, 0, 0, 5]])])
+def test_scatter_out_of_range_is_atc_error(op_type, indices):
+    updates = rand(1, 4)
+    with pytest.raises(AtcError) as info:
+        get_op(op_type).compute([rand(3, 4), np.array(indices, np.int64), updates], {})
+    assert info.value.code == "E16004" and "out of range" in info.value.message
+
+
+def _scatter_model(data_from_shape: bool, op_type: str = "ScatterND") -> onnx.ModelProto:
+    """x:[2,3,4] + Scatter(data, indices, updates).  With `data_from_shape` the data is
+    ConstantOfShape(Shape(x)) -- constant only once shapes are known, as in Swin's mask --
+    so the scatter folds; otherwise it scatters into x itself at run time."""
+    nodes, inits = [], [numpy_helper.from_array(np.array([[0, 1], [1, 2]], np.int64), "idx"),
+                        numpy_helper.from_array(RNG.standard_normal((2, 4)).astype(np.float32), "upd")]
+    if op_type == "ScatterElements":
+        inits = [numpy_helper.from_array(np.array([[[0, 2, 1, 0]]], np.int64), "idx"),
+                 numpy_helper.from_array(RNG.standard_normal((1, 1, 4)).astype(np.float32), "upd")]
+    if data_from_shape:
+        nodes += [helper.make_node("Shape", ["x"], ["s"]),
+                  helper.make_node("ConstantOfShape", ["s"], ["data"],
+                                   value=numpy_helper.from_array(np.array([0.5], np.float32)))]
+    data = "data" if data_from_shape else "x"
+    attrs = {"axis": 1} if op_type == "ScatterElements" else {}
+    nodes += [helper.make_node(op_type, [data, "idx", "upd"], ["sc"], reduction="add", **attrs),
+              helper.make_node("Add", ["x", "sc"], ["y"])]
+    graph = helper.make_graph(nodes, "scatter", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("op_type", ["ScatterND", "ScatterElements"])
+@pytest.mark.parametrize("data_from_shape", [True, False])
+def test_scatter_folds_when_constant_and_runs_otherwise(op_type, data_from_shape):
+    from helpers import assert_matches_ort, fuse
+    model = _scatter_model(data_from_shape, op_type)
+    graph, _ = fuse(model)
+    left = [n.op_type for n in graph.nodes if n.op_type == op_type]
+    assert left == ([] if data_from_shape else [op_type])
+    for precision in ("fp32", "fp16"):
+        assert_matches_ort(model, graph, precision=precision)
