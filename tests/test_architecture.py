@@ -125,6 +125,30 @@ def _find_cycle(edges: dict):
     return None
 
 
+# Distributions whose import name differs from the distribution name.
+_IMPORT_NAME = {"protobuf": "google.protobuf"}
+
+
+def test_every_declared_dependency_is_imported():
+    """setup.cfg's install_requires lists only what the code imports (no dependency unused)."""
+    import configparser
+    config = configparser.ConfigParser()
+    config.read(os.path.join(REPO, "setup.cfg"))
+    declared = [re.split(r"[<>=!~\[; ]", line.strip())[0]
+                for line in config["options"]["install_requires"].splitlines() if line.strip()]
+    imported = set()
+    for path in _module_files().values():
+        with open(path, encoding="utf-8") as f:
+            for node in ast.walk(ast.parse(f.read(), path)):
+                if isinstance(node, ast.Import):
+                    imported.update(alias.name for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    imported.add(node.module)
+    for dist in declared:
+        name = _IMPORT_NAME.get(dist, dist.replace("-", "_"))
+        assert any(m == name or m.startswith(name + ".") for m in imported), f"{dist} is declared but never imported"
+
+
 def test_the_checker_sees_a_wrong_way_import(tmp_path):
     """The parser catches lazy imports too (a test that could not fail would prove nothing)."""
     source = tmp_path / "m.py"
