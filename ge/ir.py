@@ -76,7 +76,7 @@ class Value:
 
     @property
     def is_graph_output(self) -> bool:
-        return self.graph is not None and any(v is self for v in self.graph.outputs)
+        return self.graph is not None and id(self) in self.graph.outputs.ids
 
     def __repr__(self) -> str:
         return f"Value({self.name!r}, {self.desc.dtype}, {self.desc.shape})"
@@ -142,6 +142,33 @@ class Node:
         return f"Node({self.op_type}, {self.name!r})"
 
 
+class ValueList(list):
+    """`Graph.outputs`: a list that also knows the ids of its values, so a value can tell
+    whether it is a graph output without scanning the list (passes ask that constantly).
+    Every mutating list method refreshes `ids` (see the loop below the class)."""
+
+    def __init__(self, values: Iterable = ()):
+        super().__init__(values)
+        self.ids = {id(v) for v in self}
+
+
+def _refreshing(name: str):
+    method = getattr(list, name)
+
+    def mutate(self, *args):
+        result = method(self, *args)
+        self.ids = {id(v) for v in self}
+        return result
+
+    mutate.__name__ = name
+    return mutate
+
+
+for _name in ("append", "extend", "insert", "remove", "pop", "clear", "__setitem__", "__delitem__",
+              "__iadd__", "__imul__"):
+    setattr(ValueList, _name, _refreshing(_name))
+
+
 class Graph:
     """A dataflow graph.  Nodes are kept in a list that passes may leave unsorted; call
     `topological_sort()` before anything order-dependent (the .om writer does)."""
@@ -150,11 +177,19 @@ class Graph:
         self.name = name
         self.nodes: list[Node] = []
         self.inputs: list[Value] = []
-        self.outputs: list[Value] = []
+        self._outputs = ValueList()
         self.opset: int = 0
         self.properties: set[str] = set()   # what passes have established (ge.passes.contract)
         self._names: set[str] = set()
         self._counter = itertools.count()
+
+    @property
+    def outputs(self) -> ValueList:
+        return self._outputs
+
+    @outputs.setter
+    def outputs(self, values: Iterable[Value]) -> None:
+        self._outputs = ValueList(values)
 
     # -- construction -------------------------------------------------------------
     def unique_name(self, base: str) -> str:
