@@ -118,12 +118,12 @@ def _scalar_scale(node: Node, where: str):
                          [node], node.inputs)
         return node.inputs[0], 1.0 / c
     pair = operands(node, _variable)
-    c = scalar_const(pair[1]) if pair else None
+    c = scalar_const(pair.other) if pair else None
     if c is None:
         raise Reject(reasons.UNSUPPORTED_VARIANT,
                      f"{where} scale: Mul {node.name} is not a multiplication by a scalar constant",
                      [node], node.inputs)
-    return pair[0], c
+    return pair.first, c
 
 
 def _broadcasts_to(shape, target) -> bool:
@@ -136,10 +136,10 @@ def _broadcasts_to(shape, target) -> bool:
 def _zero_add(node: Node) -> Optional[Value]:
     """The computed operand of `Add(x, all-zero constant)` that keeps x's shape, else None."""
     pair = operands(node, _variable)
-    if pair is None or not pair[1].is_const or np.any(pair[1].const):
+    if pair is None or not pair.other.is_const or np.any(pair.other.const):
         return None
-    same = tuple(pair[0].desc.shape) == tuple(node.outputs[0].desc.shape)
-    return pair[0] if same and pair[0].desc.dtype == node.outputs[0].desc.dtype else None
+    same = tuple(pair.first.desc.shape) == tuple(node.outputs[0].desc.shape)
+    return pair.first if same and pair.first.desc.dtype == node.outputs[0].desc.dtype else None
 
 
 def _mask(node: Node, chain: ScoreChain) -> Value:

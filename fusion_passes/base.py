@@ -16,7 +16,7 @@ overrides `candidates` instead of `match`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -251,16 +251,21 @@ def producer(value: Optional[Value], *op_types: str) -> Optional[Node]:
     return value.producer
 
 
-def operands(node: Node, is_first) -> Optional[tuple]:
-    """For a commutative binary node: (a, b) such that is_first(a) holds, trying both orders.
-    Patterns use this instead of being written twice."""
+class Operands(NamedTuple):
+    first: Value     # the operand that passed the test
+    other: Value
+
+
+def operands(node: Node, is_first) -> Optional[Operands]:
+    """For a commutative binary node: its operands with `first` the one is_first accepts,
+    trying both orders.  Patterns use this instead of being written twice."""
     if len(node.inputs) != 2:
         return None
     a, b = node.inputs
     if is_first(a):
-        return a, b
+        return Operands(a, b)
     if is_first(b):
-        return b, a
+        return Operands(b, a)
     return None
 
 

@@ -132,9 +132,9 @@ def residual_at(value: Value) -> Optional[Residual]:
     if add is None or add.op_type != "Add":
         return None
     pair = operands(add, lambda v: v is value)
-    if pair is None or pair[1] is value:
+    if pair is None or pair.other is value:
         return None
-    other = pair[1]
+    other = pair.other
     if np.dtype(other.desc.dtype) != np.dtype(value.desc.dtype):
         return None
     try:
@@ -323,7 +323,7 @@ class ConvBNReluFusionPass(FusionPass):
         for user in y.consumers:
             if user.op_type == "Add":
                 pair = operands(user, lambda v: v is y)
-                main = pair[1] if pair is not None else None
+                main = pair.other if pair is not None else None
                 if main is not None and main is not y and residual_conv_at(main) is not None:
                     shape, dtype, block = tuple(main.desc.shape), main.desc.dtype, main.producer
                     break

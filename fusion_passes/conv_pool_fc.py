@@ -58,8 +58,8 @@ def _fc_at(value: Value) -> Optional[FullyConnected]:
         nodes, bias, out = [node], None, node.outputs[0]
         add = single_consumer(out)
         pair = operands(add, lambda v: v is out) if add is not None and add.op_type == "Add" else None
-        if pair is not None and pair[1].is_const:
-            nodes, bias, out = [node, add], pair[1], add.outputs[0]
+        if pair is not None and pair.other.is_const:
+            nodes, bias, out = [node, add], pair.other, add.outputs[0]
         return FullyConnected(nodes, node.inputs[1], bias, {"fc_transB": 0, "fc_alpha": 1.0, "fc_beta": 1.0}, out)
     return None
 

@@ -55,9 +55,9 @@ def _affine_param(node: Optional[Node], value: Value, x: Value, k: int) -> Optio
     if node is None:
         return None
     pair = operands(node, lambda v: v is value)
-    if pair is None or pair[1] is value or not pair[1].is_const:
+    if pair is None or pair.other is value or not pair.other.is_const:
         return None
-    param = pair[1].const
+    param = pair.other.const
     shape, rank = tuple(x.desc.shape), len(x.desc.shape)
     if param.dtype != np.dtype(x.desc.dtype) or param.ndim > rank:
         return None
@@ -69,7 +69,7 @@ def _affine_param(node: Optional[Node], value: Value, x: Value, k: int) -> Optio
             return None
     except ValueError:
         return None
-    return AffineParam(pair[1], np.ascontiguousarray(np.broadcast_to(trailing, shape[rank - k:])))
+    return AffineParam(pair.other, np.ascontiguousarray(np.broadcast_to(trailing, shape[rank - k:])))
 
 
 class LayerNormFusionPass(FusionPass):
@@ -98,7 +98,7 @@ class LayerNormFusionPass(FusionPass):
             recip = _user(std, "Reciprocal")
             r = recip and recip.outputs[0]
             div = recip and _user(r, "Mul", lambda n: operands(n, lambda v: v is d) is not None
-                                  and operands(n, lambda v: v is d)[1] is r)
+                                  and operands(n, lambda v: v is d).other is r)
             if div is None:
                 return None
         core = [rm1, sub, sq, rm2, add, sqrt] + ([recip] if recip else []) + [div]
@@ -128,7 +128,7 @@ class LayerNormFusionPass(FusionPass):
             if exponent != 2.0:
                 return self.miss(reasons.UNSUPPORTED_VARIANT, rm1, core,
                                  f"the Pow exponent must be 2 (variance), got {exponent:g}", [sq.inputs[1]])
-        eps_value = operands(add, lambda v: v is rm2.outputs[0])[1]
+        eps_value = operands(add, lambda v: v is rm2.outputs[0]).other
         eps = scalar_const(eps_value)
         if eps is None:
             return self.miss(reasons.NON_CONSTANT, rm1, core,

@@ -59,7 +59,7 @@ def _sole(value: Value, op_type: str) -> Optional[Node]:
 def _other(node: Optional[Node], value: Value) -> Optional[Value]:
     """The other operand of a binary commutative `node` one of whose inputs is `value`."""
     pair = operands(node, lambda v: v is value) if node is not None else None
-    return pair[1] if pair else None
+    return pair.other if pair else None
 
 
 def _half_product(y: Value, p: Value):

@@ -23,8 +23,8 @@ def _topk_work(inputs, outputs, attrs):
 
 def _einsum_work(inputs, outputs, attrs):
     ts = [t for t in inputs if t is not None]
-    sizes, ell_shape, _ = einsum_parse(attrs["equation"], [t.shape for t in ts])
-    products = math.prod(sizes.values()) * math.prod(ell_shape)
+    plan = einsum_parse(attrs["equation"], [t.shape for t in ts])
+    products = math.prod(plan.sizes.values()) * math.prod(plan.ell_shape)
     if len(ts) >= 2:     # a contraction: the cube does every product of the index space
         return Work(cube_macs=products * (len(ts) - 1))
     return Work().add_vector("alu", products)
@@ -33,7 +33,7 @@ def _einsum_work(inputs, outputs, attrs):
 def _resize_work(inputs, outputs, attrs):
     if attr_str(attrs, "mode", "nearest") == "nearest":
         return Work().add_vector("move", outputs[0].size)
-    out, _ = resize_plan(inputs[0].shape, attrs)
+    out = resize_plan(inputs[0].shape, attrs).shape
     axes = sum(1 for a, b in zip(inputs[0].shape, out) if a != b)
     return Work().add_vector("move", outputs[0].size * 2 ** axes).add_vector(
         "alu", outputs[0].size * 3 * max(axes, 1))

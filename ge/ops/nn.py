@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -43,7 +44,18 @@ def _steps(attrs: dict, nd: int) -> tuple:
     return strides, dilations
 
 
-def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False):
+class Window(NamedTuple):
+    """Geometry of a sliding window op over the spatial axes."""
+
+    begin: list          # pads before
+    end: list            # pads after
+    extra: list          # ceil_mode: extra end padding the last window needs
+    out: list            # output sizes
+    strides: list
+    dilations: list
+
+
+def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False) -> Window:
     """Pads (begin, end) and output sizes of a sliding window op, following auto_pad.
     For ceil_mode, the extra end padding needed by the last window is `extra`."""
     nd = len(in_spatial)
@@ -84,7 +96,7 @@ def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False):
                           "Check kernel_shape, pads and strides against the input shape.")
     extra = [max(0, (o - 1) * s + w - (i + b + e))
              for o, s, w, i, b, e in zip(out, strides, span, in_spatial, begin, end)]
-    return begin, end, extra, out, strides, dilations
+    return Window(begin, end, extra, out, strides, dilations)
 
 
 def _pad_spatial(x: np.ndarray, begin, end, value) -> np.ndarray:
@@ -227,7 +239,8 @@ def conv_compute(inputs, attrs):
     x, w = x.astype(ct, copy=False), w.astype(ct, copy=False)
     nd = x.ndim - 2
     kernel = list(w.shape[2:])
-    begin, end, _, out, strides, dilations = _window_geometry(x.shape[2:], kernel, attrs)
+    win = _window_geometry(x.shape[2:], kernel, attrs)
+    begin, end, out, strides, dilations = win.begin, win.end, win.out, win.strides, win.dilations
     n, c = x.shape[:2]
     cout = w.shape[0]
     cg, mg = c // group, cout // group
@@ -253,7 +266,7 @@ def conv_infer(inputs, attrs):
     x, w = inputs[0], inputs[1]
     group = int(attrs.get("group", 1))
     _conv_check(x.shape, w.shape, group)
-    *_, out, _, _ = _window_geometry(x.shape[2:], list(w.shape[2:]), attrs)
+    out = _window_geometry(x.shape[2:], list(w.shape[2:]), attrs).out
     return [TensorType(cube_result_dtype(x.dtype), (x.shape[0], w.shape[0]) + tuple(out))]
 
 
@@ -263,7 +276,16 @@ register(OpDef("Conv", OpKind.OUT_EWISE_FUSABLE, conv_compute, conv_infer))
 # -- ConvTranspose ---------------------------------------------------------------------------
 
 
-def _convt_geometry(in_spatial, w_shape, attrs):
+class TransposedWindow(NamedTuple):
+    kernel: list
+    strides: list
+    dilations: list
+    begin: list          # output cropped at the start
+    out: list            # output sizes
+    full: list           # sizes before cropping
+
+
+def _convt_geometry(in_spatial, w_shape, attrs) -> TransposedWindow:
     nd = len(in_spatial)
     kernel = list(w_shape[2:])
     strides, dilations = _steps(attrs, nd)
@@ -287,7 +309,7 @@ def _convt_geometry(in_spatial, w_shape, attrs):
         pads = [0] * (2 * nd) if auto_pad == "VALID" else _per_axis(attrs, "pads", 2 * nd, 0)
         begin = pads[:nd]
         out = [f - b - e for f, b, e in zip(full, pads[:nd], pads[nd:])]
-    return kernel, strides, dilations, begin, out, full
+    return TransposedWindow(kernel, strides, dilations, begin, out, full)
 
 
 def conv_transpose_compute(inputs, attrs):
@@ -324,7 +346,7 @@ def conv_transpose_infer(inputs, attrs):
         raise InvalidNode(f"ConvTranspose input {tuple(x.shape)} and weight {tuple(w.shape)} with group {group}: "
                           "ranks must be equal and at least 3, group at least 1, and the weight's first "
                           "dim the input's channels", "Weight must be [C_in, C_out/group, k...].")
-    *_, out, _ = _convt_geometry(list(x.shape[2:]), w.shape, attrs)
+    out = _convt_geometry(list(x.shape[2:]), w.shape, attrs).out
     return [TensorType(np.dtype(x.dtype), (x.shape[0], w.shape[1] * group) + tuple(out))]
 
 
@@ -342,11 +364,11 @@ def pool_kernel_shape(attrs, nd):
     return [int(k) for k in kernel]
 
 
-def _pool_geometry(x_shape, attrs):
+def _pool_geometry(x_shape, attrs) -> tuple:
+    """(kernel, Window) of a pooling op."""
     nd = len(x_shape) - 2
     kernel = pool_kernel_shape(attrs, nd)
-    return (kernel,) + _window_geometry(x_shape[2:], kernel, attrs,
-                                        ceil_mode=bool(attrs.get("ceil_mode", 0)))
+    return kernel, _window_geometry(x_shape[2:], kernel, attrs, ceil_mode=bool(attrs.get("ceil_mode", 0)))
 
 
 def _lowest(dtype):
@@ -357,7 +379,8 @@ def _lowest(dtype):
 def max_pool_compute(inputs, attrs):
     x = inputs[0]
     # Only output 0 (Y) is produced; storage_order only affects the Indices output.
-    kernel, begin, end, extra, out, strides, dilations = _pool_geometry(x.shape, attrs)
+    kernel, win = _pool_geometry(x.shape, attrs)
+    begin, end, extra, out, strides, dilations = win.begin, win.end, win.extra, win.out, win.strides, win.dilations
     # max is exact in any dtype: no widening.
     xp = _pad_spatial(x, begin, [e + a for e, a in zip(end, extra)], _lowest(x.dtype))
     y = None
@@ -369,7 +392,8 @@ def max_pool_compute(inputs, attrs):
 
 def average_pool_compute(inputs, attrs):
     x = inputs[0]
-    kernel, begin, end, extra, out, strides, dilations = _pool_geometry(x.shape, attrs)
+    kernel, win = _pool_geometry(x.shape, attrs)
+    begin, end, extra, out, strides, dilations = win.begin, win.end, win.extra, win.out, win.strides, win.dilations
     ct = _compute_dtype(x.dtype)
     end_all = [e + a for e, a in zip(end, extra)]
     xp = _pad_spatial(x.astype(ct, copy=False), begin, end_all, 0)
@@ -392,7 +416,8 @@ def average_pool_compute(inputs, attrs):
 
 def pool_infer(inputs, attrs):
     x = inputs[0]
-    out = _pool_geometry(x.shape, attrs)[4]
+    _, window = _pool_geometry(x.shape, attrs)
+    out = window.out
     return [TensorType(np.dtype(x.dtype), tuple(x.shape[:2]) + tuple(out))]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import string
+from typing import NamedTuple
 
 import numpy as np
 
@@ -586,8 +587,14 @@ _reg("TopK", OpKind.OPAQUE, topk_compute, topk_infer, config_inputs=((1, "k"),))
 # -- Einsum -------------------------------------------------------------------------------------
 
 
-def einsum_parse(equation: str, shapes):
-    """Letter -> size, and the output letters/shape of an einsum equation (with '...')."""
+class EinsumPlan(NamedTuple):
+    sizes: dict          # index letter -> size
+    ell_shape: tuple     # the broadcast shape '...' stands for
+    shape: tuple         # the output shape
+
+
+def einsum_parse(equation: str, shapes) -> EinsumPlan:
+    """Index sizes and the output shape of an einsum equation (with '...')."""
     eq = equation.replace(" ", "")
     lhs, _, rhs = eq.partition("->")
     terms = lhs.split(",")
@@ -614,7 +621,7 @@ def einsum_parse(equation: str, shapes):
     head, _, tail = rhs.partition("...")
     out = [sizes[c] for c in head] + (list(ell_shape) if "..." in rhs else []) + \
         [sizes[c] for c in tail]
-    return sizes, ell_shape, tuple(out)
+    return EinsumPlan(sizes, ell_shape, tuple(out))
 
 
 def einsum_compute(inputs, attrs):
@@ -626,7 +633,7 @@ def einsum_compute(inputs, attrs):
 
 def einsum_infer(inputs, attrs):
     ts = [t for t in inputs if t is not None]
-    return _tt(ts[0].dtype, einsum_parse(_required(attrs, "equation", "Einsum"), [t.shape for t in ts])[2])
+    return _tt(ts[0].dtype, einsum_parse(_required(attrs, "equation", "Einsum"), [t.shape for t in ts]).shape)
 
 
 _reg("Einsum", OpKind.OUT_EWISE_FUSABLE, einsum_compute, einsum_infer)
@@ -635,7 +642,12 @@ _reg("Einsum", OpKind.OUT_EWISE_FUSABLE, einsum_compute, einsum_infer)
 # -- Resize -------------------------------------------------------------------------------------
 
 
-def resize_plan(shape, attrs):
+class ResizePlan(NamedTuple):
+    shape: tuple         # the output shape
+    scales: list         # per-axis scale
+
+
+def resize_plan(shape, attrs) -> ResizePlan:
     """Output shape and per-axis scales of Resize (opset 18+: optional `axes`)."""
     rank = len(shape)
     axes = _int_list(attrs.get("axes"))
@@ -668,7 +680,7 @@ def resize_plan(shape, attrs):
             out[a], scale[a] = int(math.floor(shape[a] * scales[i])), scales[i]
     else:
         raise _err("Resize", "neither scales nor sizes is given", "Make scales or sizes constant.")
-    return tuple(out), scale
+    return ResizePlan(tuple(out), scale)
 
 
 def _source_coords(out_len, in_len, scale, mode):
@@ -741,5 +753,5 @@ def resize_compute(inputs, attrs):
 
 
 # Resize is OPAQUE: linear mode reads a data-dependent neighbourhood, not one element.
-_reg("Resize", OpKind.OPAQUE, resize_compute, _like(lambda s, a: resize_plan(s, a)[0]),
+_reg("Resize", OpKind.OPAQUE, resize_compute, _like(lambda s, a: resize_plan(s, a).shape),
      config_inputs=((1, "roi"), (2, "scales"), (3, "sizes")))
