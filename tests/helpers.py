@@ -6,6 +6,7 @@ from typing import Iterable, Optional
 import numpy as np
 import onnx
 import onnxruntime as ort
+from onnx import numpy_helper
 
 from codegen.om_builder import compute_dtype
 from fusion_passes import pipeline
@@ -23,7 +24,7 @@ def lower(model: onnx.ModelProto, input_shapes: Optional[dict] = None):
     return graph
 
 
-def fuse(model: onnx.ModelProto, disabled_ops: Iterable[str] = (), passes=None,
+def fuse_model(model: onnx.ModelProto, disabled_ops: Iterable[str] = (), passes=None,
          switches: Optional[FusionSwitches] = None, input_shapes: Optional[dict] = None):
     """ONNX -> IR -> fusion passes; returns (graph, {pass_name: FusionResult}).  `passes`: pass
     classes (or callables switches -> pass) to run instead of the whole fusion pipeline."""
@@ -75,6 +76,35 @@ def run_ort(model: onnx.ModelProto, feeds: dict) -> dict:
     session = ort_session(model)
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, feeds)))
+
+
+def run_ort_op(op_type: str, inputs: list, attrs: Optional[dict] = None, opset: int = 18, n_outputs: int = 1,
+               constant: Iterable[int] = ()) -> list:
+    """Run one ONNX node in onnxruntime.  `inputs`: arrays (None = an omitted optional input);
+    the indices in `constant` become initializers, the others graph inputs."""
+    constant = set(constant)
+    names, graph_inputs, inits, feeds = [], [], [], {}
+    for i, array in enumerate(inputs):
+        if array is None:
+            names.append("")
+            continue
+        name = f"in{i}"
+        names.append(name)
+        if i in constant:
+            inits.append(numpy_helper.from_array(np.asarray(array), name))
+        else:
+            graph_inputs.append(onnx.helper.make_tensor_value_info(
+                name, onnx.helper.np_dtype_to_tensor_dtype(array.dtype), array.shape))
+            feeds[name] = array
+    while names and names[-1] == "":
+        names.pop()
+    outs = [f"out{i}" for i in range(n_outputs)]
+    node = onnx.helper.make_node(op_type, names, outs, **(attrs or {}))
+    graph = onnx.helper.make_graph([node], "g", graph_inputs,
+                                   [onnx.helper.make_empty_tensor_value_info(o) for o in outs], initializer=inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    model.ir_version = 10 if opset >= 21 else 9
+    return ort_session(model).run(None, feeds)
 
 
 def run_ir(graph, feeds: dict, precision_mode: str = "force_fp32") -> dict:

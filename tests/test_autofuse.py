@@ -19,7 +19,8 @@ from ge.ops.registry import TensorType
 from fusion_passes.autofuse import AutofuseFlags, AutoFusePass
 from fusion_passes.base import creates_cycle
 from ge.errors import AtcError
-from helpers import assert_matches_ort, fuse, lower, op_types, random_feeds, run_ir, run_ort
+from builder import Net
+from helpers import assert_matches_ort, fuse_model, lower, op_types, random_feeds, run_ir, run_ort
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL = "AutofusedKernel"
@@ -28,41 +29,12 @@ NAME = re.compile(r"^autofused_[a-z0-9_]+_[0-9a-f]{8}$")
 
 def autofuse(model, flags: str = "", **kw):
     """Run autofuse alone (flags given explicitly, the environment is not read)."""
-    graph, stats = fuse(model, passes=[lambda switches: AutoFusePass(switches, flags)], **kw)
+    graph, stats = fuse_model(model, passes=[lambda switches: AutoFusePass(switches, flags)], **kw)
     return graph, stats["AutoFusePass"]
 
 
 def codes(stats) -> list:
     return [m.code for m in stats.misses]
-
-
-class Net:
-    """A tiny ONNX graph builder: float32 tensors, one op per call."""
-
-    def __init__(self):
-        self.nodes, self.inputs, self.inits, self.n = [], [], [], 0
-
-    def input(self, name, shape, dtype=TensorProto.FLOAT):
-        self.inputs.append(helper.make_tensor_value_info(name, dtype, shape))
-        return name
-
-    def const(self, array):
-        name = f"c{len(self.inits)}"
-        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
-        return name
-
-    def op(self, op_type, inputs, **attrs):
-        self.n += 1
-        out = f"{op_type.lower()}{self.n}"
-        self.nodes.append(helper.make_node(op_type, inputs, [out], name=f"n{self.n}", **attrs))
-        return out
-
-    def model(self, *outputs, opset=17):
-        outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs]
-        graph = helper.make_graph(self.nodes, "g", self.inputs, outs, self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-        return model
 
 
 def kernels(graph) -> list:
@@ -74,7 +46,7 @@ def kernels(graph) -> list:
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_seed_addge_is_one_kernel(precision):
     model = zoo.build("seed_addge", small=True)
-    graph, stats = fuse(model)
+    graph, stats = fuse_model(model)
     assert op_types(graph) == [KERNEL]
     node = graph.nodes[0]
     assert node.attrs["member_ops"] == ["Add", "GreaterOrEqual"]
@@ -88,7 +60,7 @@ def test_seed_addge_is_one_kernel(precision):
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_seed_mulreducesum_is_one_kernel(precision):
     model = zoo.build("seed_mulreducesum", small=True)
-    graph, _ = fuse(model)
+    graph, _ = fuse_model(model)
     assert op_types(graph) == [KERNEL]
     assert graph.nodes[0].attrs["member_ops"] == ["Mul", "ReduceSum"]
     assert_matches_ort(model, graph, precision=precision)
@@ -101,7 +73,7 @@ def test_efficientnet_silu_and_squeeze_excite():
     cannot join the SE conv (it is larger than the conv's output: NF1008) nor the block's
     kernel (the SE branch leaves and re-enters: NF1002)."""
     model = zoo.build("efficientnet_b4", small=True)
-    graph, stats = fuse(model)
+    graph, stats = fuse_model(model)
     counts = graph.op_type_counts()
     assert "Sigmoid" not in counts and "BatchNormalization" not in counts and "Conv" not in counts
     silu = [n for n in kernels(graph) if n.attrs["member_ops"] == ["Conv", "BatchNormalization", "Sigmoid", "Mul"]]
@@ -131,9 +103,9 @@ def test_diamond_with_an_opaque_branch_is_a_cycle_refusal():
     reachability check says so); Add still fuses with the Sigmoid after it."""
     net = Net()
     x = net.input("x", [2, 8])
-    r = net.op("Relu", [x])
-    s = net.op("Softmax", [r], axis=-1)            # opaque: the path r -> s -> add leaves any group
-    y = net.op("Sigmoid", [net.op("Add", [r, s])])
+    r = net.op("Relu", x)
+    s = net.op("Softmax", r, axis=-1)            # opaque: the path r -> s -> add leaves any group
+    y = net.op("Sigmoid", net.op("Add", r, s))
     model = net.model(y)
     plain = lower(model)
     relu, _, add, _ = plain.nodes
@@ -150,8 +122,8 @@ def test_diamond_with_an_opaque_branch_is_a_cycle_refusal():
 def test_diamond_of_pointwise_branches_is_one_multi_use_kernel():
     net = Net()
     x = net.input("x", [2, 8])
-    s = net.op("Sigmoid", [x])
-    y = net.op("Add", [net.op("Relu", [s]), net.op("Neg", [s])])
+    s = net.op("Sigmoid", x)
+    y = net.op("Add", net.op("Relu", s), net.op("Neg", s))
     model = net.model(y)
     graph, stats = autofuse(model)
     assert op_types(graph) == [KERNEL]
@@ -163,9 +135,9 @@ def test_diamond_of_pointwise_branches_is_one_multi_use_kernel():
 def test_opaque_op_splits_groups():
     net = Net()
     x = net.input("x", [2, 8])
-    a = net.op("Relu", [net.op("Add", [x, x])])
-    s = net.op("Softmax", [a], axis=-1)
-    y = net.op("Sigmoid", [net.op("Mul", [s, x])])
+    a = net.op("Relu", net.op("Add", x, x))
+    s = net.op("Softmax", a, axis=-1)
+    y = net.op("Sigmoid", net.op("Mul", s, x))
     model = net.model(y)
     graph, stats = autofuse(model)
     assert op_types(graph) == [KERNEL, "Softmax", KERNEL]
@@ -179,7 +151,7 @@ def test_max_fusion_size_caps_groups():
     net = Net()
     y = net.input("x", [4, 4])
     for op in ("Relu", "Neg", "Sigmoid", "Abs", "Exp"):
-        y = net.op(op, [y])
+        y = net.op(op, y)
     model = net.model(y)
     graph, stats = autofuse(model, "--max_fusion_size=3")
     assert [n.attrs["member_ops"] for n in kernels(graph)] == [["Relu", "Neg", "Sigmoid"], ["Abs", "Exp"]]
@@ -193,8 +165,8 @@ def test_max_fusion_size_caps_groups():
 def test_reduce_is_a_sink():
     net = Net()
     x = net.input("x", [2, 4, 8])
-    r = net.op("ReduceSum", [net.op("Mul", [x, x]), net.const(np.array([-1], np.int64))], keepdims=1)
-    y = net.op("Sqrt", [net.op("Add", [r, net.const(np.ones((1, 1, 1), np.float32))])])
+    r = net.op("ReduceSum", net.op("Mul", x, x), net.const(np.array([-1], np.int64)), keepdims=1)
+    y = net.op("Sqrt", net.op("Add", r, net.const(np.ones((1, 1, 1), np.float32))))
     model = net.model(y)
     graph, stats = autofuse(model)
     assert [n.attrs["member_ops"] for n in kernels(graph)] == [["Mul", "ReduceSum"], ["Add", "Sqrt"]]
@@ -206,11 +178,11 @@ def test_reduce_is_a_sink():
 def test_view_inside_a_group_and_incompatible_space():
     net = Net()
     x = net.input("x", [2, 4, 8])
-    r = net.op("Reshape", [net.op("Relu", [x]), net.const(np.array([8, 8], np.int64))])
-    ok = net.op("Mul", [r, net.const(np.full((1, 8), 2.0, np.float32))])     # same elements: a view
+    r = net.op("Reshape", net.op("Relu", x), net.const(np.array([8, 8], np.int64)))
+    ok = net.op("Mul", r, net.const(np.full((1, 8), 2.0, np.float32)))     # same elements: a view
     a = net.input("a", [4, 4])
-    flat = net.op("Reshape", [net.op("Neg", [a]), net.const(np.array([16], np.int64))])
-    bad = net.op("Add", [flat, net.const(np.ones((3, 1), np.float32))])     # [3, 16]: [4, 4] does not fit
+    flat = net.op("Reshape", net.op("Neg", a), net.const(np.array([16], np.int64)))
+    bad = net.op("Add", flat, net.const(np.ones((3, 1), np.float32)))     # [3, 16]: [4, 4] does not fit
     model = net.model(ok, bad)
     graph, stats = autofuse(model)
     members = [n.attrs["member_ops"] for n in kernels(graph)]
@@ -227,9 +199,9 @@ def test_matmul_tail_and_graph_output_intermediate():
     rng = np.random.default_rng(1)
     net = Net()
     x = net.input("x", [3, 8])
-    mm = net.op("MatMul", [x, net.const(rng.standard_normal((8, 5)).astype(np.float32))])
-    pre = net.op("Add", [mm, net.const(rng.standard_normal(5).astype(np.float32))])
-    y = net.op("Tanh", [pre])
+    mm = net.op("MatMul", x, net.const(rng.standard_normal((8, 5)).astype(np.float32)))
+    pre = net.op("Add", mm, net.const(rng.standard_normal(5).astype(np.float32)))
+    y = net.op("Tanh", pre)
     model = net.model(y, pre)
     graph, stats = autofuse(model)
     assert op_types(graph) == [KERNEL]
@@ -248,9 +220,9 @@ def test_anchor_takes_no_prologue_and_one_anchor_per_kernel():
     net = Net()
     x = net.input("x", [2, 4])
     w = net.const(rng.standard_normal((4, 4)).astype(np.float32))
-    a = net.op("MatMul", [net.op("Relu", [x]), w])
-    b = net.op("MatMul", [x, w])
-    y = net.op("Add", [a, b])
+    a = net.op("MatMul", net.op("Relu", x), w)
+    b = net.op("MatMul", x, w)
+    y = net.op("Add", a, b)
     model = net.model(y)
     graph, stats = autofuse(model)
     assert op_types(graph).count(KERNEL) == 1 and "Relu" in op_types(graph)
@@ -270,17 +242,17 @@ def test_disabling_reduce_keeps_the_chain_open():
 def test_enable_autofuse_false_leaves_the_graph_unfused(monkeypatch):
     model = zoo.build("seed_addge", small=True)
     monkeypatch.setenv("AUTOFUSE_FLAGS", "--enable_autofuse=false")
-    graph, stats = fuse(model)                                   # the pipeline's pass reads the env
+    graph, stats = fuse_model(model)                                   # the pipeline's pass reads the env
     assert op_types(graph) == ["Add", "GreaterOrEqual"]
     st = stats["AutoFusePass"]
     assert (st.match_times, st.effect_times) == (1, 0) and "enable_autofuse=false" in st.disabled_by
     monkeypatch.setenv("AUTOFUSE_FLAGS", "--enable_autofuse=true;--max_fusion_size=8")
-    assert op_types(fuse(model)[0]) == [KERNEL]
+    assert op_types(fuse_model(model)[0]) == [KERNEL]
 
 
 def test_disable_list_switches_autofuse_off():
     model = zoo.build("seed_addge", small=True)
-    graph, stats = fuse(model, disabled_ops=[KERNEL])
+    graph, stats = fuse_model(model, disabled_ops=[KERNEL])
     assert op_types(graph) == ["Add", "GreaterOrEqual"]
     assert stats["AutoFusePass"].disabled_by == "GE_FUSION_DISABLE_LIST"
 
@@ -303,7 +275,7 @@ def _two_blocks(alpha_b=0.1):
     outs = []
     for i, alpha in enumerate((0.1, alpha_b)):
         x = net.input(f"x{i}", [2, 8])
-        outs.append(net.op("LeakyRelu", [net.op("Add", [x, x])], alpha=alpha))
+        outs.append(net.op("LeakyRelu", net.op("Add", x, x), alpha=alpha))
     return net.model(*outs)
 
 
@@ -325,7 +297,7 @@ def test_long_groups_cap_the_name():
     net = Net()
     y = net.input("x", [4])
     for _ in range(9):
-        y = net.op("Relu", [y])
+        y = net.op("Relu", y)
     graph, _ = autofuse(net.model(y))
     name = graph.nodes[0].attrs["kernel_name"]
     assert name.startswith("autofused_relu_relu_relu_relu_relu_relu_x3_") and NAME.match(name)
@@ -336,7 +308,7 @@ def test_long_groups_cap_the_name():
 def test_work_is_the_members_work_and_intermediates_stay_on_chip():
     model = zoo.build("seed_addge", small=True)
     unfused = lower(model)
-    fused, _ = fuse(model)
+    fused, _ = fuse_model(model)
     node = fused.nodes[0]
     t = lambda v: TensorType(v.desc.dtype, tuple(v.desc.shape))  # noqa: E731
     work = kernel_of(KERNEL).work([t(v) for v in node.inputs], [t(v) for v in node.outputs], node.attrs)
@@ -350,7 +322,7 @@ def test_work_is_the_members_work_and_intermediates_stay_on_chip():
 
 def test_subgraph_attr_is_plain_json_without_node_names():
     model = zoo.build("seed_mulreducesum", small=True)
-    graph, _ = fuse(model)
+    graph, _ = fuse_model(model)
     text = graph.nodes[0].attrs["subgraph"]
     assert isinstance(text, str)
     sub = decode_subgraph(text)
@@ -374,7 +346,7 @@ def test_om_round_trip_through_the_cli(tmp_path):
     loaded = load_om_graph(f"{out}.om")
     assert op_types(loaded.graph) == [KERNEL]
     node = loaded.graph.nodes[0]
-    fused, _ = fuse(onnx.load(model_path))
+    fused, _ = fuse_model(onnx.load(model_path))
     assert node.attrs["subgraph"] == fused.nodes[0].attrs["subgraph"]
     assert node.attrs["kernel_name"] == fused.nodes[0].attrs["kernel_name"]
     assert node.provenance["pass"] == "AutoFusePass"
@@ -398,11 +370,11 @@ def test_an_anchored_group_follows_the_cube_under_mixed_precision():
     """allow_mix_precision runs cube kernels in fp16: an autofused group holding a conv is one."""
     from codegen.om_builder import compute_dtype
     model = zoo.build("efficientnet_b4", small=True)
-    graph, _ = fuse(model)
+    graph, _ = fuse_model(model)
     anchored = [n for n in graph.nodes if n.op_type == KERNEL]
     assert anchored and all(any(t in n.attrs["subgraph"] for t in ('"Conv"', "FusionOp")) for n in anchored)
     assert all(compute_dtype(n, "allow_mix_precision") == np.float16 for n in anchored)
-    pointwise, _ = fuse(zoo.build("seed_addge", small=True))
+    pointwise, _ = fuse_model(zoo.build("seed_addge", small=True))
     assert op_types(pointwise) == [KERNEL]
     assert compute_dtype(pointwise.nodes[0], "allow_mix_precision") == np.float32
     feeds = random_feeds(model)

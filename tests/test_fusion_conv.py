@@ -12,8 +12,8 @@ from atc_py import zoo
 from codegen.registry import kernel_of
 from ge.ops.registry import TensorType
 from fusion_passes import pipeline
-from tests.helpers import assert_matches_ort, lower, op_types
-from tests.helpers import fuse as fuse_pipeline
+from builder import Net
+from helpers import assert_matches_ort, fuse_model, lower, op_types
 
 RNG = np.random.default_rng(7)
 N, CIN, COUT, H = 2, 4, 8, 6
@@ -21,11 +21,11 @@ CONV_PASS, HEAD_PASS = "ConvBNReluFusionPass", "ConvPoolFCFusionPass"
 CBR, HEAD = "ConvBNReluFusionOp", "ConvPoolFCFusionOp"
 
 
-def fuse(model, **kwargs):
+def fuse_named(model, **kwargs):
     """The named passes without autofuse, which would otherwise take the conv blocks these
     passes refuse (tests/test_autofuse.py covers that)."""
     named = [type(p) for p in pipeline.fusion_passes() if p.pass_name != "AutoFusePass"]
-    return fuse_pipeline(model, passes=named, **kwargs)
+    return fuse_model(model, passes=named, **kwargs)
 
 
 def _init(name, array):
@@ -42,82 +42,62 @@ def _bn_inits(prefix, c=COUT):
             _init(f"{prefix}_v", RNG.uniform(0.5, 1.5, c).astype(np.float32))]
 
 
-class Net:
-    """A tiny ONNX graph written node by node; `y` is the running tensor name."""
+class ConvNet(Net):
+    """builder.Net with input x [n, cin, h, h], a running tensor `y` (the last op's output)
+    and conv/BN shortcuts; `model(*extra)` outputs y and the extra tensors."""
 
-    def __init__(self, cin=CIN, h=H, n=N):
-        self.nodes, self.inits = [], []
-        self.inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, cin, h, h])]
-        self.outputs: list = []
-        self.y, self.cin, self.count = "x", cin, 0
+    def __init__(self, cin=CIN, h=H, n=N, opset=17):
+        super().__init__(opset)
+        self.y, self.cin = self.input("x", [n, cin, h, h]), cin
 
-    def name(self, base):
-        self.count += 1
-        return f"{base}{self.count}"
-
-    def op(self, op_type, inputs, **attrs):
-        out = self.name(op_type.lower())
-        self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
-        self.y = out
-        return out
-
-    def const(self, array, base="c"):
-        name = self.name(base)
-        self.inits.append(_init(name, array))
-        return name
-
-    def graph_input(self, name, shape):
-        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
-        return name
+    def op(self, op_type, *inputs, **attrs):
+        self.y = super().op(op_type, *inputs, **attrs)
+        return self.y
 
     def conv(self, cout=COUT, bias=False, group=1, dilation=1, k=3, weight=None):
         w = weight or self.const(_f32((cout, self.cin // group, k, k), (self.cin // group * k * k) ** -0.5), "w")
         ins = [self.y, w] + ([self.const(_f32(cout, 0.1), "b")] if bias else [])
         self.cin = cout
         pad = dilation * (k - 1) // 2
-        return self.op("Conv", ins, kernel_shape=[k, k], pads=[pad] * 4, strides=[1, 1],
+        return self.op("Conv", *ins, kernel_shape=[k, k], pads=[pad] * 4, strides=[1, 1],
                        dilations=[dilation] * 2, group=group)
 
     def bn(self, params=None):
-        prefix = self.name("bn")
         if params is None:
+            prefix = self.name("bn")
             self.inits.extend(_bn_inits(prefix, self.cin))
             params = [f"{prefix}_{s}" for s in "sbmv"]
-        return self.op("BatchNormalization", [self.y] + params, epsilon=1e-3)
+        return self.op("BatchNormalization", self.y, *params, epsilon=1e-3)
 
-    def model(self, opset=17, extra_outputs=()):
-        outs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
-                for name in [self.y] + list(extra_outputs)]
-        graph = helper.make_graph(self.nodes, "g", self.inputs, outs, self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-        return onnx.shape_inference.infer_shapes(model)
+    def model(self, *extra_outputs):
+        return super().model(self.y, *extra_outputs)
 
 
 def _act(net, kind, order=0):
     y = net.y
     if kind == "Relu":
-        return net.op("Relu", [y])
+        return net.op("Relu", y)
     if kind == "Relu6":
-        return net.op("Clip", [y, net.const(np.float32(0)), net.const(np.float32(6))])
+        return net.op("Clip", y, net.const(np.float32(0)), net.const(np.float32(6)))
     if kind == "ClipMin":
-        return net.op("Clip", [y, net.const(np.float32(-0.5))])
+        return net.op("Clip", y, net.const(np.float32(-0.5)))
     if kind == "LeakyRelu":
-        return net.op("LeakyRelu", [y], alpha=0.2)
+        return net.op("LeakyRelu", y, alpha=0.2)
     if kind in ("Sigmoid", "HardSwish", "Tanh"):
-        return net.op(kind, [y])
+        return net.op(kind, y)
     if kind == "SiLU":
-        sig = net.op("Sigmoid", [y])
-        return net.op("Mul", [y, sig] if order == 0 else [sig, y])
+        sig = net.op("Sigmoid", y)
+        return net.op("Mul", *([y, sig] if order == 0 else [sig, y]))
     raise ValueError(kind)
 
 
 def _residual(net, order=0, shape=(N, COUT, H, H)):
-    r = net.graph_input(net.name("r"), list(shape))
-    return net.op("Add", [net.y, r] if order == 0 else [r, net.y])
+    r = net.input(net.name("r"), list(shape))
+    return net.op("Add", *([net.y, r] if order == 0 else [r, net.y]))
 
 
 def _variant(bn, bias, residual, act, order=0, res_shape=(N, COUT, H, H)):
-    net = Net()
+    net = ConvNet()
     net.conv(bias=bias)
     if bn:
         net.bn()
@@ -162,7 +142,7 @@ VARIANTS = {
 @pytest.mark.parametrize("name", VARIANTS)
 def test_conv_variant_fuses_and_matches_ort(name):
     model = _variant(**VARIANTS[name])
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [CBR]
     _stats_ok(stats, CONV_PASS, 1, 1)
     node = graph.nodes[0]
@@ -174,18 +154,18 @@ def test_conv_variant_fuses_and_matches_ort(name):
 
 
 def test_activation_attrs_recorded():
-    graph, _ = fuse(_variant(bn=True, bias=False, residual=False, act="Relu6"))
+    graph, _ = fuse_named(_variant(bn=True, bias=False, residual=False, act="Relu6"))
     assert graph.nodes[0].attrs["activation"] == "Clip"
     assert (graph.nodes[0].attrs["clip_min"], graph.nodes[0].attrs["clip_max"]) == (0.0, 6.0)
-    graph, _ = fuse(_variant(bn=False, bias=False, residual=False, act="LeakyRelu"))
+    graph, _ = fuse_named(_variant(bn=False, bias=False, residual=False, act="LeakyRelu"))
     assert graph.nodes[0].attrs["act_alpha"] == pytest.approx(0.2)
-    graph, _ = fuse(_variant(bn=True, bias=False, residual=False, act="SiLU"))
+    graph, _ = fuse_named(_variant(bn=True, bias=False, residual=False, act="SiLU"))
     assert graph.nodes[0].attrs["activation"] == "SiLU"
 
 
 def test_bn_is_folded_into_new_constants():
     model = _variant(bn=True, bias=False, residual=False, act="Relu")
-    graph, _ = fuse(model)
+    graph, _ = fuse_named(model)
     x, w, b = graph.nodes[0].inputs
     original = numpy_helper.to_array(model.graph.initializer[0])
     assert w.is_const and b.is_const and w.const.dtype == np.float32
@@ -198,7 +178,7 @@ def test_fused_work_keeps_conv_macs_and_epilogue():
     conv = next(n for n in plain.nodes if n.op_type == "Conv")
     t = lambda v: TensorType(np.dtype(np.float16), tuple(v.desc.shape))  # noqa: E731
     conv_work = kernel_of("Conv").work([t(v) for v in conv.inputs], [t(conv.outputs[0])], conv.attrs)
-    graph, _ = fuse(model)
+    graph, _ = fuse_named(model)
     node = graph.nodes[0]
     out = t(node.outputs[0])
     work = kernel_of(CBR).work([t(v) for v in node.inputs], [out], node.attrs)
@@ -210,7 +190,7 @@ def test_fused_work_keeps_conv_macs_and_epilogue():
 # -- ConvBNReLU: misses and non-matches --------------------------------------------------------
 
 def _assert_miss(model, code, words, pass_name=CONV_PASS):
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == _unfused(model)
     s = stats[pass_name]
     assert s.effect_times == 0 and s.match_times == len(s.misses) >= 1
@@ -222,7 +202,7 @@ def _assert_miss(model, code, words, pass_name=CONV_PASS):
 
 
 def test_group_conv_is_a_miss():
-    net = Net()
+    net = ConvNet()
     net.conv(group=2)
     net.bn()
     _act(net, "Relu")
@@ -230,65 +210,65 @@ def test_group_conv_is_a_miss():
 
 
 def test_dilated_conv_is_a_miss():
-    net = Net()
+    net = ConvNet()
     net.conv(dilation=2)
     net.bn()
     _assert_miss(net.model(), "NF2003", "dilation != 1")
 
 
 def test_conv_output_with_other_consumer_is_a_miss():
-    net = Net()
+    net = ConvNet()
     conv = net.conv()
     net.bn()
     _act(net, "Relu")
-    model = net.model(extra_outputs=[conv])
+    model = net.model(conv)
     _assert_miss(model, "NF2001", "consumers")
 
 
 def test_conv_output_feeding_two_ops_is_a_miss():
-    net = Net()
+    net = ConvNet()
     conv = net.conv()
     relu = _act(net, "Relu")
-    net.op("Add", [relu, conv])
+    net.op("Add", relu, conv)
     _assert_miss(net.model(), "NF2001", "exactly one consumer")
 
 
 def test_non_constant_bn_params_is_a_miss():
-    net = Net()
+    net = ConvNet()
     net.conv()
     prefix = net.name("bn")
     net.inits.extend(_bn_inits(prefix)[1:])
-    scale = net.graph_input("bn_scale", [COUT])
+    scale = net.input("bn_scale", [COUT])
     net.bn([scale] + [f"{prefix}_{s}" for s in "bmv"])
     miss = _assert_miss(net.model(), "NF2002", "BatchNormalization parameters")
     assert "bn_scale" in miss.tensors
 
 
 def test_non_constant_conv_weight_is_a_miss():
-    net = Net()
-    w = net.graph_input("weight", [COUT, CIN, 3, 3])
+    net = ConvNet()
+    w = net.input("weight", [COUT, CIN, 3, 3])
     net.conv(weight=w)
     _act(net, "Relu")
     _assert_miss(net.model(), "NF2002", "weight")
 
 
 def test_bare_conv_is_not_a_match():
-    net = Net()
+    net = ConvNet()
     net.conv(bias=True)
-    net.op("Softmax", [net.y], axis=1)
-    graph, stats = fuse(net.model())
+    net.op("Softmax", net.y, axis=1)
+    graph, stats = fuse_named(net.model())
     assert op_types(graph) == ["Conv", "Softmax"]
     _stats_ok(stats, CONV_PASS, 0, 0)
 
 
 def test_bn_output_with_two_consumers_fuses_up_to_bn():
     """The BN output stays visible, so Conv+BN fuses and the Relu stays separate."""
-    net = Net()
+    net = ConvNet()
     net.conv()
     bn = net.bn()
     _act(net, "Relu")
-    model = net.model(extra_outputs=[bn])
-    graph, stats = fuse(model)
+    model = net.model(bn)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [CBR, "Relu"]
     _stats_ok(stats, CONV_PASS, 1, 1)
     assert_matches_ort(model, graph)
@@ -296,7 +276,7 @@ def test_bn_output_with_two_consumers_fuses_up_to_bn():
 
 def test_disable_list_restores_unfused_conv():
     model = _variant(bn=True, bias=False, residual=True, act="Relu")
-    graph, stats = fuse(model, disabled_ops=[CBR])
+    graph, stats = fuse_named(model, disabled_ops=[CBR])
     assert op_types(graph) == ["Conv", "BatchNormalization", "Add", "Relu"]
     assert stats[CONV_PASS].effect_times == 0 and stats[CONV_PASS].disabled_by == "GE_FUSION_DISABLE_LIST"
     assert_matches_ort(model, graph)
@@ -306,37 +286,38 @@ def test_disable_list_restores_unfused_conv():
 
 def _head(conv_block="bn_relu", pool="gap", flatten="flatten", fc="gemm", opset=17, fc_weight=None,
           extra_outputs_of=None):
-    net = Net()
+    net = ConvNet()
     net.conv(bias=conv_block == "plain")
     if conv_block == "bn_relu":
         net.bn()
         _act(net, "Relu")
     block = net.y
     if pool == "gap":
-        net.op("GlobalAveragePool", [net.y])
+        net.op("GlobalAveragePool", net.y)
     else:
         axes, keepdims = pool
         if opset >= 18:
-            net.op("ReduceMean", [net.y, net.const(np.array(axes, np.int64))], keepdims=keepdims)
+            net.op("ReduceMean", net.y, net.const(np.array(axes, np.int64)), keepdims=keepdims)
         else:
-            net.op("ReduceMean", [net.y], axes=axes, keepdims=keepdims)
+            net.op("ReduceMean", net.y, axes=axes, keepdims=keepdims)
     if flatten == "flatten":
-        net.op("Flatten", [net.y], axis=1)
+        net.op("Flatten", net.y, axis=1)
     elif flatten == "reshape":
-        net.op("Reshape", [net.y, net.const(np.array([N, COUT], np.int64))])
+        net.op("Reshape", net.y, net.const(np.array([N, COUT], np.int64)))
     classes = 5
     if fc == "gemm":
         w = fc_weight or net.const(_f32((classes, COUT), 0.3))
-        net.op("Gemm", [net.y, w, net.const(_f32(classes, 0.1))], transB=1)
+        net.op("Gemm", net.y, w, net.const(_f32(classes, 0.1)), transB=1)
     elif fc == "gemm_scaled":
-        net.op("Gemm", [net.y, net.const(_f32((COUT, classes), 0.3)), net.const(_f32((1, classes), 0.1))],
+        net.op("Gemm", net.y, net.const(_f32((COUT, classes), 0.3)), net.const(_f32((1, classes), 0.1)),
                alpha=0.5, beta=2.0)
     elif fc == "matmul_add":
-        net.op("MatMul", [net.y, net.const(_f32((COUT, classes), 0.3))])
-        net.op("Add", [net.const(_f32(classes, 0.1)), net.y])
+        net.op("MatMul", net.y, net.const(_f32((COUT, classes), 0.3)))
+        net.op("Add", net.const(_f32(classes, 0.1)), net.y)
     elif fc == "matmul":
-        net.op("MatMul", [net.y, fc_weight or net.const(_f32((COUT, classes), 0.3))])
-    return net.model(opset=opset, extra_outputs=[block] if extra_outputs_of == "block" else [])
+        net.op("MatMul", net.y, fc_weight or net.const(_f32((COUT, classes), 0.3)))
+    net.opset = opset
+    return net.model(*([block] if extra_outputs_of == "block" else []))
 
 
 HEADS = {
@@ -352,7 +333,7 @@ HEADS = {
 @pytest.mark.parametrize("name", HEADS)
 def test_head_fuses_and_matches_ort(name):
     model = _head(**HEADS[name])
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [HEAD]
     _stats_ok(stats, HEAD_PASS, 1, 1)
     assert_matches_ort(model, graph)
@@ -360,7 +341,7 @@ def test_head_fuses_and_matches_ort(name):
 
 
 def test_head_work_counts_conv_pool_and_fc():
-    graph, _ = fuse(_head())
+    graph, _ = fuse_named(_head())
     node = graph.nodes[0]
     t = lambda v: None if v is None else TensorType(np.dtype(np.float32), tuple(v.desc.shape))  # noqa: E731
     work = kernel_of(HEAD).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)
@@ -372,15 +353,15 @@ def test_head_work_counts_conv_pool_and_fc():
 
 def test_head_miss_reducemean_over_one_axis():
     # ReduceMean over H only, then Flatten gives (N, C*W): still a head shape for Gemm.
-    net = Net()
+    net = ConvNet()
     net.conv()
     net.bn()
     _act(net, "Relu")
-    net.op("ReduceMean", [net.y], axes=[2], keepdims=1)
-    net.op("Flatten", [net.y], axis=1)
-    net.op("Gemm", [net.y, net.const(_f32((5, COUT * H), 0.3))], transB=1)
+    net.op("ReduceMean", net.y, axes=[2], keepdims=1)
+    net.op("Flatten", net.y, axis=1)
+    net.op("Gemm", net.y, net.const(_f32((5, COUT * H), 0.3)), transB=1)
     model = net.model()
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [CBR, "ReduceMean", "Flatten", "Gemm"]
     miss = stats[HEAD_PASS].misses[0]
     assert miss.code == "NF2003" and "pooling is not global" in miss.constraint
@@ -390,7 +371,7 @@ def test_head_miss_reducemean_over_one_axis():
 
 def test_head_miss_conv_output_used_elsewhere():
     model = _head(extra_outputs_of="block")
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [CBR, "GlobalAveragePool", "Flatten", "Gemm"]
     miss = stats[HEAD_PASS].misses[0]
     assert miss.code == "NF2001" and "conv output must feed only the pooling" in miss.constraint
@@ -399,25 +380,25 @@ def test_head_miss_conv_output_used_elsewhere():
 def test_head_miss_fc_weight_not_constant():
     net_model = _head(fc="matmul", pool=([2, 3], 0), flatten=None, fc_weight="fcw")
     net_model.graph.input.append(helper.make_tensor_value_info("fcw", TensorProto.FLOAT, [COUT, 5]))
-    graph, stats = fuse(net_model)
+    graph, stats = fuse_named(net_model)
     assert op_types(graph) == [CBR, "ReduceMean", "MatMul"]
     miss = stats[HEAD_PASS].misses[0]
     assert miss.code == "NF2002" and "must be constants" in miss.constraint and "fcw" in miss.constraint
 
 
 def test_pool_not_followed_by_fc_is_not_a_match():
-    net = Net()
+    net = ConvNet()
     net.conv()
     _act(net, "Relu")
-    net.op("GlobalAveragePool", [net.y])
-    graph, stats = fuse(net.model())
+    net.op("GlobalAveragePool", net.y)
+    graph, stats = fuse_named(net.model())
     assert op_types(graph) == [CBR, "GlobalAveragePool"]
     _stats_ok(stats, HEAD_PASS, 0, 0)
 
 
 def test_disable_head_keeps_conv_fusion():
     model = _head()
-    graph, stats = fuse(model, disabled_ops=[HEAD])
+    graph, stats = fuse_named(model, disabled_ops=[HEAD])
     assert op_types(graph) == [CBR, "GlobalAveragePool", "Flatten", "Gemm"]
     _stats_ok(stats, CONV_PASS, 1, 1)
     assert stats[HEAD_PASS].effect_times == 0 and stats[HEAD_PASS].disabled_by == "GE_FUSION_DISABLE_LIST"
@@ -428,7 +409,7 @@ def test_disable_head_keeps_conv_fusion():
 
 def test_seed_testmodel_three_convs_and_head():
     model = zoo.build("seed_testmodel", small=True)
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [CBR, CBR, HEAD]
     _stats_ok(stats, CONV_PASS, 3, 3)
     _stats_ok(stats, HEAD_PASS, 1, 1)
@@ -440,7 +421,7 @@ def test_resnet50_small_every_conv_fused():
     """53 Conv: the 4 downsample Conv+BN join their stage's conv3 kernel as residual convs
     (54 -> 50 kernels): 48 conv blocks + the head + MaxPool."""
     model = zoo.build("resnet50", small=True)
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert graph.op_type_counts() == {CBR: 48, HEAD: 1, "MaxPool": 1}
     _stats_ok(stats, CONV_PASS, 49, 49)
     assert stats[CONV_PASS].misses == []
@@ -454,7 +435,7 @@ def test_resnet50_small_every_conv_fused():
 def test_efficientnet_small_depthwise_convs_are_misses():
     model = zoo.build("efficientnet_b4", small=True)
     depthwise = sum(1 for n in lower(model).nodes if n.op_type == "Conv" and n.attrs.get("group", 1) != 1)
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     misses = stats[CONV_PASS].misses
     assert depthwise > 0 and len(misses) == depthwise
     assert all(m.code == "NF2003" and "group != 1" in m.constraint for m in misses)
@@ -474,25 +455,25 @@ def _downsample_block(main_bn=True, side_bn=True, side_bias=False, main_bias=Fal
                       swap=False, act="Relu", side_k=1, side_group=1, side_extra_output=False, head=False):
     """x -> Conv3x3(stride 2)[+BN] -> Add(., downsample(x)) -> act, downsample = Conv1x1(stride 2)
     [+BN]: one torchvision Bottleneck's tail, BN kept (TorchScript) or folded (dynamo: biases)."""
-    net = Net()
+    net = ConvNet()
 
     def side():
         k = side_k
         w = net.const(_f32((COUT, CIN // side_group, k, k), (CIN * k * k) ** -0.5), "wds")
         ins = ["x", w] + ([net.const(_f32(COUT, 0.1), "bds")] if side_bias else [])
-        y = net.op("Conv", ins, kernel_shape=[k, k], pads=[0] * 4, strides=[2, 2] if k == 1 else [1, 1],
+        y = net.op("Conv", *ins, kernel_shape=[k, k], pads=[0] * 4, strides=[2, 2] if k == 1 else [1, 1],
                    group=side_group)
         if side_bn:
             net.inits.extend(_bn_inits("ds"))
-            y = net.op("BatchNormalization", [y] + [f"ds_{s}" for s in "sbmv"], epsilon=1e-5)
+            y = net.op("BatchNormalization", y, *[f"ds_{s}" for s in "sbmv"], epsilon=1e-5)
         return y
 
     def main():
         w = net.const(_f32((COUT, CIN, 3, 3), (CIN * 9) ** -0.5), "w")
         ins = ["x", w] + ([net.const(_f32(COUT, 0.1), "b")] if main_bias else [])
-        y = net.op("Conv", ins, kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2])
+        y = net.op("Conv", *ins, kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2])
         if main_bn:
-            y = net.op("BatchNormalization", [y] + [f"m_{s}" for s in "sbmv"], epsilon=1e-5)
+            y = net.op("BatchNormalization", y, *[f"m_{s}" for s in "sbmv"], epsilon=1e-5)
             net.inits.extend(_bn_inits("m"))
         return y
 
@@ -502,16 +483,16 @@ def _downsample_block(main_bn=True, side_bn=True, side_bias=False, main_bias=Fal
     else:
         y = main()
         ds = side()
-    net.op("Add", [ds, y] if swap else [y, ds])
+    net.op("Add", *([ds, y] if swap else [y, ds]))
     if act:
         _act(net, act)
     extra = [ds] if side_extra_output else []
     if head:
         net.cin = COUT
-        net.op("GlobalAveragePool", [net.y])
-        net.op("Flatten", [net.y], axis=1)
-        net.op("Gemm", [net.y, net.const(_f32((5, COUT), 0.3)), net.const(_f32(5, 0.1))], transB=1)
-    return net.model(extra_outputs=extra)
+        net.op("GlobalAveragePool", net.y)
+        net.op("Flatten", net.y, axis=1)
+        net.op("Gemm", net.y, net.const(_f32((5, COUT), 0.3)), net.const(_f32(5, 0.1)), transB=1)
+    return net.model(*extra)
 
 
 RESIDUAL_CONVS = {
@@ -529,7 +510,7 @@ RESIDUAL_CONVS = {
 @pytest.mark.parametrize("name", RESIDUAL_CONVS)
 def test_residual_conv_fuses_both_convs_and_matches_ort(name):
     model = _downsample_block(**RESIDUAL_CONVS[name])
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [CBR]
     _stats_ok(stats, CONV_PASS, 1, 1)
     node = graph.nodes[0]
@@ -546,7 +527,7 @@ def test_residual_conv_work_counts_both_gemms_and_one_tile():
     plain = lower(model)
     convs = [n for n in plain.nodes if n.op_type == "Conv"]
     macs = sum(kernel_of("Conv").work([t(v) for v in c.inputs], [t(c.outputs[0])], c.attrs).cube_macs for c in convs)
-    node = fuse(model)[0].nodes[0]
+    node = fuse_named(model)[0].nodes[0]
     out = t(node.outputs[0])
     work = kernel_of(CBR).work([t(v) for v in node.inputs], [out], node.attrs)
     assert work.cube_macs == macs == N * COUT * (H // 2) ** 2 * (CIN * 9 + CIN)
@@ -557,7 +538,7 @@ def test_residual_conv_work_counts_both_gemms_and_one_tile():
 
 def test_residual_conv_block_feeds_the_head():
     model = _downsample_block(head=True)
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [HEAD]
     assert graph.nodes[0].attrs["residual_conv"]
     assert_matches_ort(model, graph)
@@ -565,7 +546,7 @@ def test_residual_conv_block_feeds_the_head():
 
 
 def _residual_conv_miss(model, code, words, kernels):
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert sorted(op_types(graph)) == sorted(kernels)
     block = next(n for n in graph.nodes if n.op_type == CBR)
     assert block.attrs["has_residual"] and not block.attrs.get("residual_conv")
@@ -598,7 +579,7 @@ def test_residual_conv_miss_group_conv():
 
 def test_residual_conv_switched_off_restores_both_convs():
     model = _downsample_block()
-    graph, stats = fuse(model, disabled_ops=[CBR])
+    graph, stats = fuse_named(model, disabled_ops=[CBR])
     assert sorted(op_types(graph)) == sorted(["Conv", "BatchNormalization"] * 2 + ["Add", "Relu"])
     assert_matches_ort(model, graph)
 
@@ -609,9 +590,9 @@ def _patch_embed(view="reshape", perm=(0, 2, 1), bn=False, act=None, tail=False,
                  cls_last=False):
     """Conv(k = s = 2, bias) -> [BN] [act] -> Reshape[N, C, HW] | none -> Transpose[perm]
     [-> Concat(CLS) -> Add(position)] as both exporters write ViT's patch embedding."""
-    net = Net(h=8)
+    net = ConvNet(h=8)
     w = net.const(_f32((COUT, CIN, 2, 2), 0.3), "w")
-    net.op("Conv", ["x", w, net.const(_f32(COUT, 0.1), "b")], kernel_shape=[2, 2], strides=[2, 2])
+    net.op("Conv", "x", w, net.const(_f32(COUT, 0.1), "b"), kernel_shape=[2, 2], strides=[2, 2])
     net.cin = COUT
     if bn:
         net.bn()
@@ -619,14 +600,14 @@ def _patch_embed(view="reshape", perm=(0, 2, 1), bn=False, act=None, tail=False,
         _act(net, act)
     hw = 16
     if view == "reshape":
-        net.op("Reshape", [net.y, net.const(np.array([N, COUT, -1], np.int64))])
+        net.op("Reshape", net.y, net.const(np.array([N, COUT, -1], np.int64)))
     viewed = net.y
-    net.op("Transpose", [net.y], perm=list(perm))
+    net.op("Transpose", net.y, perm=list(perm))
     if tail:
         cls = net.const(_f32((N, 1, COUT)), "cls")
-        net.op("Concat", [net.y, cls] if cls_last else [cls, net.y], axis=-2 if cls_last else 1)
-        net.op("Add", [net.y, net.const(_f32((1, hw + 1, COUT)), "pos")])
-    return net.model(extra_outputs=[viewed] if view_extra_output else [])
+        net.op("Concat", *([net.y, cls] if cls_last else [cls, net.y]), axis=-2 if cls_last else 1)
+        net.op("Add", net.y, net.const(_f32((1, hw + 1, COUT)), "pos"))
+    return net.model(*([viewed] if view_extra_output else []))
 
 
 PATCH_EMBEDS = {
@@ -641,7 +622,7 @@ PATCH_EMBEDS = {
 def test_permuted_store_fuses_and_matches_ort(name):
     cfg = PATCH_EMBEDS[name]
     model = _patch_embed(**cfg)
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [CBR]
     _stats_ok(stats, CONV_PASS, 1, 1)
     node = graph.nodes[0]
@@ -653,7 +634,7 @@ def test_permuted_store_fuses_and_matches_ort(name):
 
 
 def test_permuted_store_work_is_the_conv_block():
-    graph, _ = fuse(_patch_embed())
+    graph, _ = fuse_named(_patch_embed())
     node = graph.nodes[0]
     t = lambda v: TensorType(np.dtype(np.float32), tuple(v.desc.shape))  # noqa: E731
     work = kernel_of(CBR).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)
@@ -666,7 +647,7 @@ def test_permuted_store_work_is_the_conv_block():
 def test_concatenated_store_takes_the_cls_token(cls_last):
     """Conv -> Reshape -> Transpose -> Concat(CLS): one kernel that copies the CLS rows."""
     model = _patch_embed(tail=True, cls_last=cls_last)
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [CBR, "Add"]
     node = graph.nodes[0]
     assert (node.attrs["concat_axis"], node.attrs["concat_index"], node.attrs["concat_parts"]) == \
@@ -685,7 +666,7 @@ def test_patch_embedding_is_one_kernel_with_autofuse():
     """The whole pipeline on the ViT embedding: autofuse absorbs the position Add into the
     conv kernel (its tail), so conv, views, transpose, CLS concat and Add run as one kernel."""
     model = _patch_embed(tail=True)
-    graph, _ = fuse_pipeline(model)
+    graph, _ = fuse_model(model)
     assert op_types(graph) == ["AutofusedKernel"]
     assert graph.nodes[0].attrs["member_ops"] == [CBR, "Add"]
     assert set(graph.nodes[0].origin) == {n.name for n in model.graph.node}
@@ -695,20 +676,20 @@ def test_patch_embedding_is_one_kernel_with_autofuse():
 
 def test_permuted_store_view_used_elsewhere_is_not_absorbed():
     model = _patch_embed(view_extra_output=True)
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == ["Conv", "Reshape", "Transpose"]
     _stats_ok(stats, CONV_PASS, 0, 0)
 
 
 def test_head_refuses_a_permuted_conv_block():
-    net = Net()
+    net = ConvNet()
     net.conv(bias=True)
     _act(net, "Relu")
-    net.op("Transpose", [net.y], perm=[0, 2, 3, 1])
-    net.op("ReduceMean", [net.y], axes=[1, 2], keepdims=0)
-    net.op("Gemm", [net.y, net.const(_f32((5, COUT), 0.3))], transB=1)
+    net.op("Transpose", net.y, perm=[0, 2, 3, 1])
+    net.op("ReduceMean", net.y, axes=[1, 2], keepdims=0)
+    net.op("Gemm", net.y, net.const(_f32((5, COUT), 0.3)), transB=1)
     model = net.model()
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [CBR, "ReduceMean", "Gemm"]
     miss = stats[HEAD_PASS].misses[0]
     assert miss.code == "NF2006" and "permuted" in miss.constraint
@@ -753,7 +734,7 @@ GEOMETRY = {
 @pytest.mark.parametrize("name", GEOMETRY)
 def test_conv_geometry_and_epilogue_variants_fuse_and_match_ort(name):
     model = _geometry_model(*GEOMETRY[name])
-    graph, stats = fuse(model)
+    graph, stats = fuse_named(model)
     assert op_types(graph) == [CBR]
     assert_matches_ort(model, graph)
     assert_matches_ort(model, graph, precision="fp16")
@@ -769,7 +750,7 @@ def test_conv_tails_that_are_not_the_pattern_stay_unfused(tail):
                                               helper.make_node("Abs", ["c"], ["u"]),
                                               helper.make_node("Mul", ["u", "t"], ["y"])]}[tail]
     model = _geometry_model((2, 3, 5, 5), (4, 3, 3, 3), dict(pads=[1] * 4), nodes)
-    graph, _ = fuse(model)
+    graph, _ = fuse_named(model)
     if tail == "bn_after_relu":      # Conv + Relu is a block; the BN after it is not folded
         assert op_types(graph) == [CBR, "BatchNormalization"]
     else:

@@ -17,7 +17,8 @@ from ge.ops.registry import TensorType
 from fusion_passes.layer_norm import LayerNormFusionPass
 from fusion_passes.layer_norm_matmul import LayerNormMatMulFusionPass
 from fusion_passes.matmul_bias_act import MatMulBiasActFusionPass
-from helpers import assert_matches_ort, fuse, lower, op_types, random_feeds
+from builder import Net
+from helpers import assert_matches_ort, fuse_model, lower, op_types, random_feeds
 
 LN = [LayerNormFusionPass]
 MBA = [MatMulBiasActFusionPass]
@@ -26,44 +27,6 @@ RNG = np.random.default_rng(7)
 
 
 # -- model building --------------------------------------------------------------------------
-
-class Net:
-    """A tiny ONNX graph builder: constants become initializers, names are generated."""
-
-    def __init__(self, opset: int = 17):
-        self.nodes, self.inits, self.inputs, self.opset, self.n = [], [], [], opset, 0
-
-    def name(self, base):
-        self.n += 1
-        return f"{base}_{self.n}"
-
-    def input(self, name, shape):
-        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
-        return name
-
-    def const(self, array, base="c"):
-        name = self.name(base)
-        self.inits.append(numpy_helper.from_array(np.asarray(array, dtype=np.float32), name))
-        return name
-
-    def const_i64(self, values):
-        name = self.name("axes")
-        self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
-        return name
-
-    def rand(self, *shape, scale=0.3):
-        return self.const(RNG.standard_normal(shape) * scale, "w")
-
-    def op(self, op_type, *inputs, **attrs):
-        out = self.name(op_type.lower())
-        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=self.name(op_type), **attrs))
-        return out
-
-    def model(self, *outputs):
-        outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
-        graph = helper.make_graph(self.nodes, "g", self.inputs, outs, self.inits)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
-
 
 def check_numbers(model, graph, feeds=None):
     assert_matches_ort(model, graph, feeds)
@@ -77,7 +40,7 @@ def stats_of(stats, name):
 
 def reduce_mean(net, x, axes=(-1,), keepdims=1):
     if net.opset >= 18:
-        return net.op("ReduceMean", x, net.const_i64(list(axes)), keepdims=keepdims)
+        return net.op("ReduceMean", x, net.const(np.array(list(axes), np.int64)), keepdims=keepdims)
     return net.op("ReduceMean", x, axes=list(axes), keepdims=keepdims)
 
 
@@ -112,7 +75,7 @@ def test_layernorm_decomposed_forms_become_one_op(opset, square, divide, gamma, 
     x = net.input("x", [2, 3, 16])
     y = decomposed_ln(net, x, 16, square, divide, gamma, beta)
     model = net.model(y)
-    graph, stats = fuse(model, passes=LN)
+    graph, stats = fuse_model(model, passes=LN)
     assert op_types(graph) == ["LayerNormalization"]
     assert stats_of(stats, "LayerNormFusionPass") == (1, 1)
     node = graph.nodes[0]
@@ -130,7 +93,7 @@ def test_layernorm_over_two_trailing_axes_with_broadcast_gamma():
     n = net.op("Div", d, net.op("Sqrt", net.op("Add", net.const(1e-6), var)))
     y = net.op("Mul", n, net.const(RNG.standard_normal((1, 4, 1))))    # varies over axis 1 only
     model = net.model(y)
-    graph, _ = fuse(model, passes=LN)
+    graph, _ = fuse_model(model, passes=LN)
     assert op_types(graph) == ["LayerNormalization"]
     assert graph.nodes[0].attrs["axis"] == 1
     assert graph.nodes[0].inputs[1].desc.shape == (4, 6)
@@ -143,7 +106,7 @@ def test_layernorm_gamma_that_varies_over_batch_stays_outside():
     y = decomposed_ln(net, x, 8, gamma=None, beta=None)
     y = net.op("Mul", y, net.const(RNG.standard_normal((3, 1))))
     model = net.model(y)
-    graph, _ = fuse(model, passes=LN)
+    graph, _ = fuse_model(model, passes=LN)
     assert op_types(graph) == ["LayerNormalization", "Mul"]
     check_numbers(model, graph)
 
@@ -186,7 +149,7 @@ def test_layernorm_misses_name_the_constraint(case, code, words):
     model = net.model(y, *extra)
     if case == "keepdims":
         model.graph.input.pop(0)
-    graph, stats = fuse(model, passes=LN)
+    graph, stats = fuse_model(model, passes=LN)
     s = stats["LayerNormFusionPass"]
     assert (s.match_times, s.effect_times) == (1, 0)
     miss = s.misses[0]
@@ -204,7 +167,7 @@ def test_layernorm_disabled_keeps_primitives():
     net = Net(17)
     y = decomposed_ln(net, net.input("x", [2, 8]), 8)
     model = net.model(y)
-    graph, stats = fuse(model, disabled_ops=["LayerNormalization"], passes=LN)
+    graph, stats = fuse_model(model, disabled_ops=["LayerNormalization"], passes=LN)
     assert op_types(graph) == _unfused_types(model)
     assert stats_of(stats, "LayerNormFusionPass") == (1, 0)
     assert stats["LayerNormFusionPass"].disabled_by == "GE_FUSION_DISABLE_LIST"
@@ -213,7 +176,7 @@ def test_layernorm_disabled_keeps_primitives():
 def test_reduce_mean_alone_is_not_a_candidate():
     net = Net(17)
     model = net.model(net.op("ReduceMean", net.input("x", [2, 8]), axes=[-1], keepdims=1))
-    _, stats = fuse(model, passes=LN)
+    _, stats = fuse_model(model, passes=LN)
     assert stats_of(stats, "LayerNormFusionPass") == (0, 0)
 
 
@@ -276,7 +239,7 @@ def test_matmul_bias_activation_variants(act, fused, bias_first, residual):
     if residual:
         y = net.op("Add", net.input("r", [2, 3, 8]), y)
     model = net.model(y)
-    graph, stats = fuse(model, passes=MBA)
+    graph, stats = fuse_model(model, passes=MBA)
     assert op_types(graph) == [fused]
     assert stats_of(stats, "MatMulBiasActFusionPass") == (1, 1)
     node = graph.nodes[0]
@@ -289,7 +252,7 @@ def test_gemm_with_transb_alpha_beta_folds_into_weight_and_bias():
     x = net.input("x", [4, 6])
     y = net.op("Gemm", x, net.rand(5, 6), net.rand(1, 5), transB=1, alpha=0.5, beta=2.0)
     model = net.model(net.op("Relu", y))
-    graph, _ = fuse(model, passes=MBA)
+    graph, _ = fuse_model(model, passes=MBA)
     assert op_types(graph) == ["MatMulBiasReluFusionOp"]
     assert graph.nodes[0].inputs[1].desc.shape == (6, 5) and graph.nodes[0].inputs[2].desc.shape == (5,)
     check_numbers(model, graph)
@@ -299,17 +262,17 @@ def test_gemm_without_c_takes_the_following_add_as_bias_and_ignores_beta():
     net = Net(17)
     y = net.op("Gemm", net.input("x", [4, 6]), net.rand(5, 6), transB=1, alpha=2.0, beta=3.0)
     model = net.model(net.op("Add", net.rand(5), y))
-    graph, _ = fuse(model, passes=MBA)
+    graph, _ = fuse_model(model, passes=MBA)
     assert op_types(graph) == ["MatMulBiasFusionOp"]
     check_numbers(model, graph)
 
 
 def conv1d(net, x, k, n, out_lead, **gemm_attrs):
     """GPT-2's Conv1D linear: Reshape [..,K]->[R,K] -> Gemm(W, C) -> Reshape [R,N]->[out_lead..,N]."""
-    flat = net.op("Reshape", x, net.const_i64([-1, k]))
+    flat = net.op("Reshape", x, net.const(np.array([-1, k], np.int64)))
     w = net.rand(n, k) if gemm_attrs.get("transB") else net.rand(k, n)
     y = net.op("Gemm", flat, w, net.rand(n), **gemm_attrs)
-    return flat, net.op("Reshape", y, net.const_i64(list(out_lead) + [n]))
+    return flat, net.op("Reshape", y, net.const(np.array(list(out_lead) + [n], np.int64)))
 
 
 @pytest.mark.parametrize("act,fused,residual,gemm_attrs", [
@@ -326,7 +289,7 @@ def test_gemm_between_row_reshapes_takes_the_nd_input(act, fused, residual, gemm
     if residual:
         y = net.op("Add", net.input("r", [2, 3, 4]), y)
     model = net.model(y)
-    graph, stats = fuse(model, passes=MBA)
+    graph, stats = fuse_model(model, passes=MBA)
     assert op_types(graph) == [fused]
     assert stats_of(stats, "MatMulBiasActFusionPass") == (1, 1)
     node = graph.nodes[0]
@@ -339,7 +302,7 @@ def test_row_bracket_with_a_shared_flatten_keeps_the_view_for_its_other_reader()
     net = Net(17)
     flat, y = conv1d(net, net.input("x", [2, 3, 8]), 8, 4, [2, 3])
     model = net.model(net.op("Tanh", y), net.op("Relu", flat))
-    graph, _ = fuse(model, passes=MBA)
+    graph, _ = fuse_model(model, passes=MBA)
     assert sorted(op_types(graph)) == ["MatMulBiasTanhFusionOp", "Relu", "Reshape"]
     fused = next(n for n in graph.nodes if n.op_type == "MatMulBiasTanhFusionOp")
     assert fused.inputs[0].name == "x"
@@ -351,7 +314,7 @@ def test_gemm_whose_reshapes_reorder_rows_is_not_a_bracket():
     net = Net(17)
     _, y = conv1d(net, net.input("x", [2, 3, 8]), 8, 4, [3, 2])
     model = net.model(y)
-    graph, stats = fuse(model, passes=MBA)
+    graph, stats = fuse_model(model, passes=MBA)
     assert op_types(graph) == ["Reshape", "Gemm", "Reshape"]
     assert stats_of(stats, "MatMulBiasActFusionPass") == (0, 0)
 
@@ -361,7 +324,7 @@ def test_matmul_without_bias_and_gemm_alone_are_not_candidates():
     a = net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 4))
     b = net.op("Gemm", a, net.rand(4, 4), net.rand(4))
     model = net.model(net.op("Relu", net.op("MatMul", b, net.rand(4, 4))))
-    graph, stats = fuse(model, passes=MBA)
+    graph, stats = fuse_model(model, passes=MBA)
     assert op_types(graph) == ["MatMul", "Gemm", "MatMul", "Relu"]
     assert stats_of(stats, "MatMulBiasActFusionPass") == (0, 0)
 
@@ -371,7 +334,7 @@ def test_gelu_with_wrong_constant_is_not_absorbed():
     y = net.op("Add", net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 8)), net.rand(8))
     p = net.op("Add", net.op("Erf", net.op("Div", y, net.const(2.0))), net.const(1.0))
     model = net.model(net.op("Mul", net.op("Mul", y, p), net.const(0.5)))
-    graph, _ = fuse(model, passes=MBA)
+    graph, _ = fuse_model(model, passes=MBA)
     assert op_types(graph) == ["MatMulBiasFusionOp", "Div", "Erf", "Add", "Mul", "Mul"]
     check_numbers(model, graph)
 
@@ -398,7 +361,7 @@ def test_almost_gelu_constants_are_not_absorbed(form, const):
         t = net.op("Tanh", net.op("Mul", net.const(scale), inner))
         out = net.op("Mul", net.op("Mul", net.const(0.5), y), net.op("Add", net.const(1.0), t))
     model = net.model(out)
-    graph, _ = fuse(model, passes=MBA)
+    graph, _ = fuse_model(model, passes=MBA)
     assert op_types(graph)[0] == "MatMulBiasFusionOp" and {"Erf", "Tanh"} & set(op_types(graph))
     check_numbers(model, graph)
 
@@ -409,7 +372,7 @@ def test_gelu_constant_that_broadcasts_the_output_up_is_not_absorbed():
     y = net.op("Add", net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 8)), net.rand(8))
     p = net.op("Add", net.op("Erf", net.op("Div", y, net.const(SQRT2))), net.const(1.0))
     model = net.model(net.op("Mul", net.op("Mul", y, p), net.const(np.full((1, 1, 1), 0.5))))
-    graph, _ = fuse(model, passes=MBA)
+    graph, _ = fuse_model(model, passes=MBA)
     assert op_types(graph) == ["MatMulBiasFusionOp", "Div", "Erf", "Add", "Mul", "Mul"]
     check_numbers(model, graph)
 
@@ -418,7 +381,7 @@ def test_shared_activation_input_keeps_the_activation_outside():
     net = Net(17)
     y = net.op("Add", net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 8)), net.rand(8))
     model = net.model(net.op("Relu", y), net.op("Sigmoid", y))
-    graph, _ = fuse(model, passes=MBA)
+    graph, _ = fuse_model(model, passes=MBA)
     assert op_types(graph) == ["MatMulBiasFusionOp", "Relu", "Sigmoid"]
     check_numbers(model, graph)
 
@@ -446,7 +409,7 @@ def test_matmul_bias_misses_name_the_constraint(case, code, words):
     else:
         y = net.op("Relu", net.op("Gemm", x, net.rand(3, 4), net.rand(4), transA=1))
     model = net.model(y, *extra)
-    graph, stats = fuse(model, passes=MBA)
+    graph, stats = fuse_model(model, passes=MBA)
     s = stats["MatMulBiasActFusionPass"]
     assert (s.match_times, s.effect_times) == (1, 0)
     assert s.misses[0].code == code and words in s.misses[0].constraint, s.misses[0].constraint
@@ -459,7 +422,7 @@ def test_matmul_bias_disabled_by_fused_op_name():
     y = net.op("Relu", net.op("Add", net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 4)), net.rand(4)))
     z = net.op("Add", net.op("MatMul", y, net.rand(4, 4)), net.rand(4))
     model = net.model(z)
-    graph, stats = fuse(model, disabled_ops=["MatMulBiasReluFusionOp"], passes=MBA)
+    graph, stats = fuse_model(model, disabled_ops=["MatMulBiasReluFusionOp"], passes=MBA)
     assert op_types(graph) == ["MatMul", "Add", "Relu", "MatMulBiasFusionOp"]
     assert stats_of(stats, "MatMulBiasActFusionPass") == (2, 1)
 
@@ -486,7 +449,7 @@ def test_layernorm_then_matmul_single_output():
     net = Net(17)
     y = net.op("MatMul", ln_op(net, net.input("x", [2, 3, 8]), 8), net.rand(8, 6))
     model = net.model(y)
-    graph, stats = fuse(model, passes=MINE)
+    graph, stats = fuse_model(model, passes=MINE)
     assert op_types(graph) == ["LayerNormMatMulFusionOp"]
     assert stats_of(stats, "LayerNormMatMulFusionPass") == (1, 1)
     node = graph.nodes[0]
@@ -502,7 +465,7 @@ def test_post_ln_block_two_outputs_and_residual_reads_normalized():
     h = erf_gelu(net, net.op("Add", net.rand(16), net.op("MatMul", h0, net.rand(8, 16))), "zoo")
     z = net.op("Add", net.op("Add", net.rand(8), net.op("MatMul", h, net.rand(16, 8))), h0)
     model = net.model(z)
-    graph, stats = fuse(model, passes=MINE)
+    graph, stats = fuse_model(model, passes=MINE)
     assert op_types(graph) == ["LayerNormMatMulFusionOp", "MatMulBiasFusionOp"]
     lnmm, ffn2 = graph.nodes
     assert lnmm.attrs["activation"] == "Gelu" and lnmm.attrs["emit_normalized"] == 1
@@ -521,7 +484,7 @@ def test_layernorm_feeding_three_gemms_fuses_the_first():
     n = ln_op(net, net.input("x", [4, 8]), 8)
     outs = [net.op("Add", net.op("MatMul", n, net.rand(8, 8)), net.rand(8)) for _ in range(3)]
     model = net.model(*outs)
-    graph, _ = fuse(model, passes=MINE)
+    graph, _ = fuse_model(model, passes=MINE)
     assert op_types(graph) == ["LayerNormMatMulFusionOp", "MatMulBiasFusionOp", "MatMulBiasFusionOp"]
     assert graph.nodes[0].outputs[0].name == outs[0]
     check_numbers(model, graph)
@@ -531,7 +494,7 @@ def test_layernorm_graph_output_is_emitted():
     net = Net(17)
     n = ln_op(net, net.input("x", [4, 8]), 8)
     model = net.model(net.op("MatMul", n, net.rand(8, 8)), n)
-    graph, _ = fuse(model, passes=MINE)
+    graph, _ = fuse_model(model, passes=MINE)
     assert op_types(graph) == ["LayerNormMatMulFusionOp"] and len(graph.nodes[0].outputs) == 2
     check_numbers(model, graph)
 
@@ -553,7 +516,7 @@ def test_layernorm_matmul_misses(case, code, words):
         n = ln_op(net, x, 8)
         y = net.op("Add", net.op("Add", net.op("MatMul", n, net.rand(8, 8)), net.rand(8)), n)
     model = net.model(y)
-    graph, stats = fuse(model, passes=MINE)
+    graph, stats = fuse_model(model, passes=MINE)
     s = stats["LayerNormMatMulFusionPass"]
     assert (s.match_times, s.effect_times) == (1, 0)
     assert s.misses[0].code == code and words in s.misses[0].constraint, s.misses[0].constraint
@@ -566,7 +529,7 @@ def test_layernorm_matmul_disabled_leaves_layernorm_kernel():
     y = net.op("Relu", net.op("Add", net.op("MatMul", ln_op(net, net.input("x", [4, 8]), 8),
                                             net.rand(8, 8)), net.rand(8)))
     model = net.model(y)
-    graph, stats = fuse(model, disabled_ops=["LayerNormMatMulFusionOp"], passes=MINE)
+    graph, stats = fuse_model(model, disabled_ops=["LayerNormMatMulFusionOp"], passes=MINE)
     assert op_types(graph) == ["LayerNormalization", "MatMulBiasReluFusionOp"]
     assert stats_of(stats, "LayerNormMatMulFusionPass") == (1, 0)
 
@@ -598,7 +561,7 @@ def _bert_feeds(model):
 @pytest.mark.parametrize("opset", [17, 18])
 def test_bert_small_layernorms_and_gemms(opset):
     model = zoo.build("bert_base", small=True, opset=opset)
-    graph, stats = fuse(model, passes=MINE)
+    graph, stats = fuse_model(model, passes=MINE)
     counts = graph.op_type_counts()
     assert stats_of(stats, "LayerNormFusionPass") == (5, 5)          # embeddings + 2 per layer
     assert counts["LayerNormMatMulFusionOp"] == 4 and counts["LayerNormalization"] == 1
@@ -613,7 +576,7 @@ def test_bert_small_layernorms_and_gemms(opset):
 @pytest.mark.parametrize("name,fast", [("vit_base", "MatMulBiasGeluFusionOp"), ("gpt2", "MatMulBiasFastGeluFusionOp")])
 def test_vit_and_gpt2_small(name, fast):
     model = zoo.build(name, small=True)
-    graph, stats = fuse(model, passes=MINE)
+    graph, stats = fuse_model(model, passes=MINE)
     counts = graph.op_type_counts()
     assert fast not in counts          # FFN1 with its GELU went into LayerNormMatMul (LN2 feeds it)
     lnmm = [n for n in graph.nodes if n.op_type == "LayerNormMatMulFusionOp"]
@@ -624,7 +587,7 @@ def test_vit_and_gpt2_small(name, fast):
 
 def test_bert_small_full_pipeline_five_kernels_per_layer():
     model = zoo.build("bert_base", small=True)
-    graph, stats = fuse(model)
+    graph, stats = fuse_model(model)
     counts = graph.op_type_counts()
     assert counts["LayerNormMatMulFusionOp"] == 2          # LN1 + FFN1 per layer
     assert counts["MatMulBiasFusionOp"] == 4               # out-proj and FFN2 (+residual) per layer

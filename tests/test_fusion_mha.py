@@ -14,7 +14,7 @@ from ge.ops.registry import TensorType
 from fusion_passes import pipeline
 from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
 from ge.errors import AtcError
-from helpers import assert_matches_ort, fuse, lower, op_types, random_feeds
+from helpers import assert_matches_ort, fuse_model, lower, op_types, random_feeds
 
 B, S, H, D = 2, 5, 2, 4
 HID = H * D
@@ -132,7 +132,7 @@ def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axi
 
 
 def run_pass(model, **kw):
-    graph, stats = fuse(model, passes=[MultiHeadAttentionFusionPass], **kw)
+    graph, stats = fuse_model(model, passes=[MultiHeadAttentionFusionPass], **kw)
     return graph, stats[PASS]
 
 

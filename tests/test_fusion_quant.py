@@ -10,7 +10,7 @@ from fusion_passes import reasons
 from fusion_passes.quant_conv_bn_relu import QuantConvBNReluFusionPass
 from fusion_passes.quant_matmul_bias_act import QuantMatMulBiasActFusionPass
 
-from helpers import fuse, lower, op_types, run_ir, run_ort
+from helpers import fuse_model, lower, op_types, run_ir, run_ort
 
 RNG = np.random.default_rng(7)
 QUANT_PASSES = [QuantConvBNReluFusionPass, QuantMatMulBiasActFusionPass]
@@ -60,7 +60,7 @@ def qdq_conv_block():
 
 def test_qdq_conv_relu_residual_requantize_is_one_int8_kernel():
     model = qdq_conv_block()
-    graph, _ = fuse(model, passes=QUANT_PASSES)
+    graph, _ = fuse_model(model, passes=QUANT_PASSES)
     assert op_types(graph) == ["QuantizeLinear", "QuantizeLinear", "QuantConvBNReluFusionOp", "DequantizeLinear"]
     fused = next(n for n in graph.nodes if n.op_type == "QuantConvBNReluFusionOp")
     assert fused.inputs[0].desc.dtype == np.int8 and fused.outputs[0].desc.dtype == np.int8
@@ -75,7 +75,7 @@ def test_qdq_conv_relu_residual_requantize_is_one_int8_kernel():
 def test_precision_modes_leave_the_int8_kernel_int8():
     from codegen.om_builder import compute_dtype
     from simulator.pricing import kernel_spec
-    graph, _ = fuse(qdq_conv_block(), passes=QUANT_PASSES)
+    graph, _ = fuse_model(qdq_conv_block(), passes=QUANT_PASSES)
     fused = next(n for n in graph.nodes if n.op_type == "QuantConvBNReluFusionOp")
     for mode in ("force_fp16", "force_fp32", "allow_mix_precision"):
         assert compute_dtype(fused, mode) == np.int8
@@ -95,7 +95,7 @@ def test_qoperator_conv_and_qlinear_add():
              helper.make_node("QLinearAdd", ["c", "ys", "yz", "r", "rs", "rz", "cs", "cz"], ["y"], domain="com.microsoft")]
     model = model_of(nodes, [vi("x", np.uint8, [1, 3, 5, 5]), vi("r", np.uint8, [1, cout, 5, 5])],
                      [onnx.ValueInfoProto(name="y")], inits, ms=True)
-    graph, _ = fuse(model, passes=QUANT_PASSES)
+    graph, _ = fuse_model(model, passes=QUANT_PASSES)
     assert op_types(graph) == ["QuantConvBNReluFusionOp"]
     feeds = {"x": RNG.integers(0, 255, (1, 3, 5, 5)).astype(np.uint8), "r": RNG.integers(0, 255, (1, cout, 5, 5)).astype(np.uint8)}
     expected, got = run_ort(model, feeds)["y"], run_ir(graph, feeds)["y"]
@@ -113,7 +113,7 @@ def test_qdq_gemm_transb_per_channel_float_output():
              helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
              helper.make_node("Gemm", ["xd", "wd", "b"], ["y"], transB=1)]
     model = model_of(nodes, [vi("x", S, [3, k])], [onnx.ValueInfoProto(name="y")], inits)
-    graph, _ = fuse(model, passes=QUANT_PASSES)
+    graph, _ = fuse_model(model, passes=QUANT_PASSES)
     assert op_types(graph) == ["QuantizeLinear", "QuantMatMulBiasActFusionOp"]
     feeds = {"x": RNG.standard_normal((3, k)).astype(S)}
     np.testing.assert_allclose(run_ir(graph, feeds)["y"], run_ort(model, feeds)["y"], rtol=1e-5, atol=1e-5)
@@ -124,7 +124,7 @@ def test_activation_times_activation_matmul_is_a_miss():
              helper.make_node("MatMul", ["ad", "bd"], ["y"])]
     model = model_of(nodes, [vi("a", np.int8, [2, 4]), vi("b", np.int8, [4, 3])], [onnx.ValueInfoProto(name="y")],
                      [("s", S(0.1))])
-    graph, results = fuse(model)
+    graph, results = fuse_model(model)
     assert "QuantMatMulBiasActFusionOp" not in op_types(graph)
     misses = results["QuantMatMulBiasActFusionPass"].misses
     assert [m.code for m in misses] == [reasons.NON_CONSTANT]
@@ -148,7 +148,7 @@ def amct_conv_block(relu=True, offset=0.0):
 
 def test_amct_conv_dequant_residual_quant_is_one_int8_kernel():
     model = amct_conv_block()
-    graph, _ = fuse(model, passes=QUANT_PASSES)
+    graph, _ = fuse_model(model, passes=QUANT_PASSES)
     assert op_types(graph) == ["AscendQuant", "QuantConvBNReluFusionOp", "AscendAntiQuant"]
     fused = next(n for n in graph.nodes if n.op_type == "QuantConvBNReluFusionOp")
     assert fused.outputs[0].desc.dtype == np.int8 and fused.attrs["activation"] == "Relu"

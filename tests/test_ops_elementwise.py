@@ -17,36 +17,9 @@ from codegen.work import Work
 from ge.ops.registry import TensorType, get_op
 from ge.errors import AtcError
 
-from helpers import ort_session
+from helpers import run_ort_op
 
 RNG = np.random.default_rng(0)
-
-
-def _ort_run(op_type, inputs, attrs, opset, n_outputs=1):
-    """Run one ONNX node; `inputs` is a list of (array | None, is_constant)."""
-    names, graph_inputs, inits, feeds = [], [], [], {}
-    for i, (arr, const) in enumerate(inputs):
-        if arr is None:
-            names.append("")
-            continue
-        name = f"in{i}"
-        names.append(name)
-        if const:
-            inits.append(numpy_helper.from_array(np.asarray(arr), name))
-        else:
-            graph_inputs.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
-            feeds[name] = arr
-    while names and names[-1] == "":
-        names.pop()
-    outs = [f"out{i}" for i in range(n_outputs)]
-    node = helper.make_node(op_type, names, outs, **attrs)
-    graph = helper.make_graph([node], "g", graph_inputs,
-                              [helper.make_empty_tensor_value_info(o) for o in outs], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    sess = ort_session(model)
-    return sess.run(None, feeds)
 
 
 def check_op(op_type, data, attrs=None, config=None, opset=18, rtol=1e-5, atol=1e-6,
@@ -62,7 +35,8 @@ def check_op(op_type, data, attrs=None, config=None, opset=18, rtol=1e-5, atol=1
         if value is not None:
             canon[name] = np.asarray(value).tolist()
 
-    expected = _ort_run(op_type, _ort_inputs(op, data, config), attrs, opset)
+    ort_inputs, constant = _ort_inputs(op, data, config)
+    expected = run_ort_op(op_type, ort_inputs, attrs, opset, constant=constant)
     got = op.compute(list(data), canon)
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
@@ -88,7 +62,8 @@ def check_op(op_type, data, attrs=None, config=None, opset=18, rtol=1e-5, atol=1
                 for x in data]
         back = [x.astype(np.float32) if x is not None and x.dtype == np.float16 else x
                 for x in half]
-        ref = _ort_run(op_type, _ort_inputs(op, back, config), attrs, opset)
+        back_inputs, constant = _ort_inputs(op, back, config)
+        ref = run_ort_op(op_type, back_inputs, attrs, opset, constant=constant)
         got16 = op.compute(half, canon)
         types16 = op.infer([None if x is None else TensorType(x.dtype, x.shape) for x in half], canon)
         for g, e, t in zip(got16, ref, types16):
@@ -103,16 +78,17 @@ def check_op(op_type, data, attrs=None, config=None, opset=18, rtol=1e-5, atol=1
 
 
 def _ort_inputs(op, data, config):
-    """The node's ONNX input list: data inputs, with config inputs as constants in their slots."""
+    """The node's ONNX inputs: data inputs, with config inputs in their slots (as constants).
+    Returns (inputs, constant slots)."""
     slots = dict(op.config_inputs)
     it, inputs = iter(data), []
     for i in range(len(data) + len(slots)):
         if i in slots:
             value = config.get(slots[i])
-            inputs.append((None if value is None else np.asarray(value), True))
+            inputs.append(None if value is None else np.asarray(value))
         else:
-            inputs.append((next(it), False))
-    return inputs
+            inputs.append(next(it))
+    return inputs, set(slots)
 
 
 def normal(*shape):

@@ -8,33 +8,15 @@ from codegen.registry import kernel_of
 from ge.ops.registry import TensorType, get_op
 from ge.errors import AtcError
 
-from helpers import ort_session
+from helpers import run_ort_op
 
 RNG = np.random.default_rng(0)
-
-
-def run_ort(op_type, inputs, attrs=None, opset=18, n_outputs=1):
-    """Run one ONNX node in onnxruntime; `inputs` is a list of arrays (None = omitted)."""
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype),
-                                                  x.shape)
-                    for n, x in zip(names, inputs) if x is not None]
-    outs = [f"out{i}" for i in range(n_outputs)]
-    node = helper.make_node(op_type, names, outs, **(attrs or {}))
-    graph = helper.make_graph([node], "g", graph_inputs,
-                              [onnx.ValueInfoProto(name=o)
-                               for o in outs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 9
-    sess = ort_session(model)
-    feeds = {n: x for n, x in zip(names, inputs) if x is not None}
-    return sess.run(None, feeds)
 
 
 def check(op_type, inputs, attrs=None, opset=18, rtol=1e-5, atol=1e-6, fp16=True):
     """Compare compute and infer with onnxruntime; repeat in float16 against the fp32 result."""
     op = get_op(op_type)
-    expected = run_ort(op_type, inputs, attrs, opset)
+    expected = run_ort_op(op_type, inputs, attrs, opset)
     got = op.compute(inputs, dict(attrs or {}))
     types = [TensorType(x.dtype, x.shape) if x is not None else None for x in inputs]
     inferred = op.infer(types, dict(attrs or {}))
@@ -46,7 +28,7 @@ def check(op_type, inputs, attrs=None, opset=18, rtol=1e-5, atol=1e-6, fp16=True
     if fp16 and inputs[0].dtype == np.float32:
         half = [x.astype(np.float16) if x is not None else None for x in inputs]
         got16 = op.compute(half, dict(attrs or {}))
-        ref = run_ort(op_type, [x.astype(np.float32) if x is not None else None for x in half],
+        ref = run_ort_op(op_type, [x.astype(np.float32) if x is not None else None for x in half],
                       attrs, opset)
         for g, e in zip(got16, ref):
             assert g.dtype == np.float16

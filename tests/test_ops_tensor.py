@@ -11,23 +11,9 @@ from codegen.registry import kernel_of
 from ge.ops.registry import OpKind, TensorType, get_op
 from ge.errors import AtcError
 
-from helpers import ort_session
+from helpers import run_ort_op
 
 RNG = np.random.default_rng(1)
-
-
-def run_ort(op_type, inputs, attrs, opset, n_outputs):
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype),
-                                                  x.shape)
-                    for n, x in zip(names, inputs) if x is not None]
-    outs = [f"out{i}" for i in range(n_outputs)]
-    node = helper.make_node(op_type, names, outs, **attrs)
-    graph = helper.make_graph([node], "g", graph_inputs, [onnx.ValueInfoProto(name=o) for o in outs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 9
-    sess = ort_session(model)
-    return sess.run(None, {n: x for n, x in zip(names, inputs) if x is not None})
 
 
 def check(op_type, data, attrs=None, config=None, opset=18, n_outputs=1, fp16=True,
@@ -42,7 +28,7 @@ def check(op_type, data, attrs=None, config=None, opset=18, n_outputs=1, fp16=Tr
     for i in range(n_in):
         ort_inputs.append(config[i] if i in config else (next(it, None) if i not in names else None))
     ours = {names[i]: np.asarray(v).tolist() for i, v in config.items()}
-    expected = run_ort(op_type, ort_inputs, attrs, opset, n_outputs)
+    expected = run_ort_op(op_type, ort_inputs, attrs, opset, n_outputs)
     got = op.compute(list(data), {**attrs, **ours})
     assert len(got) == len(expected)
     types = op.infer([TensorType(x.dtype, x.shape) if x is not None else None for x in data],
@@ -54,7 +40,7 @@ def check(op_type, data, attrs=None, config=None, opset=18, n_outputs=1, fp16=Tr
         np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
     if fp16 and data[0] is not None and data[0].dtype == np.float32:
         half = [x.astype(np.float16) if x is not None and x.dtype == np.float32 else x for x in data]
-        ref = run_ort(op_type, _with_first(ort_inputs, half, names), attrs, opset, n_outputs)
+        ref = run_ort_op(op_type, _with_first(ort_inputs, half, names), attrs, opset, n_outputs)
         got16 = op.compute(half, {**attrs, **ours})
         for g, e in zip(got16, ref):
             if e.dtype == np.float32:
@@ -246,7 +232,7 @@ def test_size():
 def test_constant_of_shape(value):
     attrs = {} if value is None else {"value": numpy_helper.from_array(value)}
     op = get_op("ConstantOfShape")
-    expected = run_ort("ConstantOfShape", [i64(2, 3)], attrs, 18, 1)[0]
+    expected = run_ort_op("ConstantOfShape", [i64(2, 3)], attrs, 18, 1)[0]
     got = op.compute([i64(2, 3)], {} if value is None else {"value": value})[0]
     assert got.dtype == expected.dtype
     np.testing.assert_array_equal(got, expected)
@@ -299,7 +285,7 @@ def test_onehot(axis):
     indices = np.array([[0, 2], [-1, 5]], dtype=np.int64)
     values = np.array([0.0, 3.0], np.float32)
     op = get_op("OneHot")
-    expected = run_ort("OneHot", [indices, np.array(4, np.int64), values], {"axis": axis}, 11, 1)[0]
+    expected = run_ort_op("OneHot", [indices, np.array(4, np.int64), values], {"axis": axis}, 11, 1)[0]
     attrs = {"axis": axis, "depth": 4}
     got = op.compute([indices, None, values], attrs)[0]
     t = op.infer([TensorType(np.int64, (2, 2)), None, TensorType(np.float32, (2,))], attrs)[0]

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from helpers import assert_matches_ort, fuse, lower, run_ir, run_ort
+from helpers import assert_matches_ort, fuse_model, lower, run_ir, run_ort
 
 import exporters
 
@@ -80,7 +80,7 @@ def test_matches_onnxruntime(exports, name, exporter, precision):
 def test_fused_matches_onnxruntime(exports, name, exporter, precision):
     """Whatever the fusion pipeline makes of a real export computes what onnxruntime does."""
     model = exports.model(name, exporter)
-    graph, _ = fuse(model)
+    graph, _ = fuse_model(model)
     graph.verify(require_types=True)
     with np.errstate(over="ignore"):
         assert_matches_ort(model, graph, exporters.example_feeds(name), precision=precision)
@@ -113,7 +113,7 @@ def _fused(exports, name, exporter, passes=None):
     """(graph, {pass: stats}) of the fusion pipeline (or only `passes`) on an export, once per session."""
     key = (name, exporter, tuple(type(p).__name__ for p in passes or ()))
     if key not in _FUSED:
-        _FUSED[key] = fuse(exports.model(name, exporter), passes=passes)
+        _FUSED[key] = fuse_model(exports.model(name, exporter), passes=passes)
     return _FUSED[key]
 
 
@@ -184,7 +184,7 @@ def test_gpt2_conv1d_linears_are_fused_gemms(exports, exporter):
 @pytest.mark.parametrize("exporter", exporters.EXPORTERS)
 def test_bert_12_layers_fuses_twelve_mha_kernels(exports, exporter):
     model = exports.model("bert", exporter, layers=12)
-    graph, stats = fuse(model)
+    graph, stats = fuse_model(model)
     counts = graph.op_type_counts()
     assert counts.get(MHA) == 12 and "Softmax" not in counts, counts
     assert stats[MHA_PASS].misses == []
@@ -278,7 +278,7 @@ def test_every_conv_in_a_fused_kernel(exports, name, exporter):
     CLS token, and autofuse adds the position embedding in the same kernel."""
     from codegen.registry import kernel_of
     model = exports.model(name, exporter)
-    graph, stats = fuse(model)
+    graph, stats = fuse_model(model)
     types = [n.op_type for n in graph.nodes]
     assert "Conv" not in types and "BatchNormalization" not in types
     convs = {n.name for n in model.graph.node if n.op_type == "Conv"}

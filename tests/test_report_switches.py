@@ -165,8 +165,8 @@ def test_fused_head_is_split_over_its_conv_not_its_tiny_output():
     import numpy as np
     from simulator.cost_model import load_chip
     from simulator.pricing import node_costs
-    from helpers import fuse
-    graph, _ = fuse(zoo.build("seed_testmodel", small=True))
+    from helpers import fuse_model
+    graph, _ = fuse_model(zoo.build("seed_testmodel", small=True))
     head = next(n for n in graph.nodes if n.op_type == "ConvPoolFCFusionOp")
     costs = node_costs(graph, load_chip("Ascend910"), lambda n: np.dtype(np.float16))
     assert head.outputs[0].desc.size <= 16
