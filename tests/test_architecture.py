@@ -126,7 +126,7 @@ def _find_cycle(edges: dict):
 
 
 # Distributions whose import name differs from the distribution name.
-_IMPORT_NAME = {"protobuf": "google.protobuf"}
+_IMPORT_NAME = {"protobuf": "google.protobuf", "google-re2": "re2"}
 
 
 def test_every_declared_dependency_is_imported():
