@@ -19,7 +19,11 @@ _ORT_FLOATS = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtyp
                "tensor(double)": np.dtype(np.float64)}
 # Allowed max |sim - ref| / max(1, max |ref|), by the lowest precision a kernel on the
 # output's path computes in (COMPARE.md derives the numbers).
-TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2}
+TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "int8-fp16": 1e-1}
+# Outputs of an int8 model whose float kernels run in float16: besides the bound above, the
+# output must point the same way as the reference (cosine similarity, as Huawei's accuracy
+# comparison tools report it).
+INT8_FP16_MIN_COSINE = 0.999
 # Integer/bool outputs downstream of an fp16 kernel (a comparison after fp16 arithmetic):
 # the fraction of elements allowed to differ, because a decision flips when its operands sit
 # within one fp16 rounding of the threshold.  Downstream of fp32 kernels they must match.
@@ -42,7 +46,8 @@ def run_onnxruntime(onnx_path: str, feeds: dict) -> dict:
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+        source = reference_model(onnx_path)
+        session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise _compare_error(onnx_path, f"onnxruntime cannot load it: {exc}")
     wanted = [i.name for i in session.get_inputs()]
@@ -62,13 +67,23 @@ def run_onnxruntime(onnx_path: str, feeds: dict) -> dict:
     return dict(zip(names, results))
 
 
+def reference_model(onnx_path: str):
+    """What onnxruntime runs: the file itself, or -- for an AMCT deploy model, whose
+    AscendQuant/AscendDequant/AscendAntiQuant onnxruntime does not have -- the same model with
+    those ops and its int8 Conv/Gemm/MatMul written as standard ONNX (simulator/amct_reference.py)."""
+    import onnx
+    from simulator.amct_reference import has_amct_ops, to_standard_onnx
+    model = onnx.load(onnx_path)
+    return to_standard_onnx(model).SerializeToString() if has_amct_ops(model) else onnx_path
+
+
 def precision_class(graph: Graph, value: Value, compute_dtypes: dict) -> str:
     """"fp16" if any kernel on the path to `value` computes in float16 or runs a
     high_performance approximation, or the output itself is float16 (--output_type=FP16),
     else "fp32".  (A float16 input, --input_fp16_nodes, reaches
     onnxruntime as the same values in float32: no rounding between the two.)"""
-    if np.dtype(value.desc.dtype) == np.float16:
-        return "fp16"
+    fp16 = np.dtype(value.desc.dtype) == np.float16
+    int8 = False
     seen, stack = set(), [value]
     while stack:
         v = stack.pop()
@@ -76,12 +91,45 @@ def precision_class(graph: Graph, value: Value, compute_dtypes: dict) -> str:
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        if np.dtype(compute_dtypes.get(node.name, np.float32)) == np.float16:
-            return "fp16"
-        if node.attrs.get("op_impl_mode") == "high_performance":    # an approximation (tanh-GELU, ...)
-            return "fp16"
+        fp16 = fp16 or np.dtype(compute_dtypes.get(node.name, np.float32)) == np.float16
+        fp16 = fp16 or node.attrs.get("op_impl_mode") == "high_performance"    # an approximation (tanh-GELU, ...)
+        int8 = int8 or any(t is not None and _is_8bit(t) for t in list(node.inputs) + node.outputs)
         stack.extend(node.inputs)
-    return "fp32"
+    if int8:
+        return "int8-fp16" if fp16 else "int8"
+    return "fp16" if fp16 else "fp32"
+
+
+def _is_8bit(value: Value) -> bool:
+    dtype = np.dtype(value.desc.dtype)
+    return dtype.kind in "iu" and dtype.itemsize == 1
+
+
+def quantization_step(value: Value) -> float:
+    """The step of an output's last requantization: 1 for an int8/uint8 output, the scale of
+    the DequantizeLinear / AscendAntiQuant that makes it (also inside a fused kernel's
+    epilogue or an autofused group), else 0 (a float computed after the int8 kernels)."""
+    if _is_8bit(value):
+        return 1.0
+    node = value.producer
+    return 0.0 if node is None else _step_of(node.op_type, node.attrs)
+
+
+def _step_of(op_type: str, attrs: dict) -> float:
+    if op_type == "DequantizeLinear":
+        return float(np.max(np.asarray(attrs.get("x_scale", 0.0), np.float64)))
+    if op_type == "AscendAntiQuant":
+        scale = float(attrs.get("scale", 0.0))
+        return scale * scale if int(attrs.get("sqrt_mode", 0)) else scale
+    inner = attrs.get("epilogue", attrs.get("subgraph"))
+    if isinstance(inner, str):
+        from codegen.fused.autofused import decode_subgraph
+        sub = decode_subgraph(inner)
+        ref = sub.outputs[0] if sub.outputs else None
+        if ref is not None and ref[0] == "o":
+            op_type, op_attrs, _, _ = sub.ops[ref[1]]
+            return _step_of(op_type, op_attrs)
+    return 0.0
 
 
 @dataclass
@@ -89,7 +137,7 @@ class OutputCompare:
     name: str
     reference_name: str
     dtype: str
-    precision: str             # "fp32" | "fp16" | "exact" | "exact-after-fp16"
+    precision: str             # "fp32" | "fp16" | "exact" | "exact-after-fp16" | "int8" | "int8-fp16"
     tolerance: float           # allowed max_abs_error / scale (0 for exact; a mismatch
                                # fraction for exact-after-fp16)
     scale: float               # max(1, max |reference|)
@@ -98,6 +146,7 @@ class OutputCompare:
     passed: bool
     note: str = ""
     mismatch_fraction: float = 0.0   # integer/bool outputs: elements that differ / all
+    step: float = 0.0                # int8 outputs: the quantization step of the output
 
     @property
     def result(self) -> str:
@@ -113,7 +162,8 @@ class OutputCompare:
         else:
             measure = (f"max_abs_error = {self.max_abs_error:.6g}, max_rel_error = {self.max_rel_error:.6g}, "
                        f"tolerance = {self.tolerance:g} x {self.scale:.6g}")
-        return f"{measure} ({self.precision}) {self.result}{' (' + self.note + ')' if self.note else ''}"
+        label = f"{self.precision}, step {self.step:.6g}" if self.step else self.precision
+        return f"{measure} ({label}) {self.result}{' (' + self.note + ')' if self.note else ''}"
 
 
 def _cast_like(ref: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -124,7 +174,40 @@ def _cast_like(ref: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return np.clip(np.trunc(np.nan_to_num(ref.astype(np.float64))), info.min, info.max).astype(dtype)
 
 
-def compare_one(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, precision: str) -> OutputCompare:
+def _compare_int8(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, precision: str,
+                  step: float) -> OutputCompare:
+    """Outputs of int8 kernels (COMPARE.md): within one quantization step when every float
+    kernel on the path runs in float32; with float16 float kernels, within 10% of the output's
+    magnitude (plus a step) and a cosine similarity of at least 0.999."""
+    base = dict(name=name, reference_name=ref_name, dtype=str(ref.dtype), precision=precision)
+    if tuple(got.shape) != tuple(ref.shape):
+        return OutputCompare(**base, tolerance=0.0, scale=0.0, max_abs_error=float("inf"), max_rel_error=float("inf"),
+                             passed=False, note=f"shape {list(got.shape)} != reference {list(ref.shape)}")
+    g, r = got.astype(np.float64).ravel(), ref.astype(np.float64).ravel()
+    finite = np.isfinite(r) & np.isfinite(g)
+    max_abs = float(np.max(np.abs(g[finite] - r[finite]))) if finite.any() else 0.0
+    peak = float(np.max(np.abs(r[finite]))) if finite.any() else 0.0
+    scale = max(1.0, peak)
+    same_special = bool(np.array_equal(np.isfinite(g), np.isfinite(r)))
+    note = "" if same_special else "NaN/inf positions differ from the reference"
+    if precision == "int8":
+        bound = step if step > 0 else TOLERANCE["fp32"] * scale
+        passed = same_special and max_abs <= bound + TOLERANCE["fp32"] * scale
+        tol = bound / scale
+    else:
+        norm = float(np.linalg.norm(g[finite]) * np.linalg.norm(r[finite]))
+        cosine = float(np.dot(g[finite], r[finite]) / norm) if norm > 0 else float(max_abs == 0)
+        tol = TOLERANCE["int8-fp16"] + step / scale
+        passed = same_special and max_abs <= tol * scale and cosine >= INT8_FP16_MIN_COSINE
+        if cosine < INT8_FP16_MIN_COSINE:
+            note = (note + "; " if note else "") + f"cosine similarity {cosine:.6f} < {INT8_FP16_MIN_COSINE}"
+    return OutputCompare(**base, tolerance=tol, scale=scale, max_abs_error=max_abs,
+                         max_rel_error=max_abs / peak if peak > 0 else 0.0, passed=passed, note=note,
+                         step=step)
+
+
+def compare_one(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, precision: str,
+                step: float = 0.0) -> OutputCompare:
     """Error of one output; NaN/inf must sit where the reference has them.  An integer output
     of a float reference (--output_type=UINT8 ...) is compared with the reference cast the
     same way, to within one step (a value next to an integer can round either side of it)."""
@@ -139,6 +222,8 @@ def compare_one(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, prec
                              tolerance=tol, scale=1.0, max_abs_error=max_abs,
                              max_rel_error=max_abs / peak if peak > 0 else 0.0, passed=ok,
                              note="" if ok else "the integer output differs by more than one step")
+    if precision.startswith("int8"):
+        return _compare_int8(name, ref_name, got, ref, precision, step)
     exact = ref.dtype == np.bool_ or np.issubdtype(ref.dtype, np.integer)
     if exact:
         label = "exact-after-fp16" if precision == "fp16" else "exact"
@@ -179,7 +264,8 @@ def compare_outputs(graph: Graph, outputs: dict, reference: dict, compute_dtypes
         if ref_name is None:
             raise _compare_error("onnx", f"the .om output [{value.name}] has no ONNX output to compare with.")
         results.append(compare_one(value.name, ref_name, np.asarray(outputs[value.name]),
-                                   np.asarray(reference[ref_name]), precision_class(graph, value, compute_dtypes)))
+                                   np.asarray(reference[ref_name]), precision_class(graph, value, compute_dtypes),
+                                   quantization_step(value)))
     return results
 
 
