@@ -26,6 +26,7 @@ SMALL_OUTPUTS = {
     "resnet101": {"output": (1, 10)},
     "densenet121": {"output": (1, 10)},
     "efficientnet_b4": {"output": (1, 10)},
+    "mobilenet_v2": {"output": (1, 10)},
     "bert_base": {"last_hidden_state": (1, 8, 32), "pooler_output": (1, 32)},
     "vit_base": {"logits": (1, 10)},
     "gpt2": {"logits": (1, 8, 100)},

@@ -1,7 +1,7 @@
 """The model zoo: deterministic ONNX models shaped like PyTorch exports, for tests and benches.
 
 Why: the converter, the fusion passes and the simulator need the real graphs users bring
-(ResNet, DenseNet, EfficientNet, BERT, ViT, GPT-2 and the seeds' test cases) without downloading
+(ResNet, DenseNet, EfficientNet, MobileNetV2, BERT, ViT, GPT-2 and the seeds' test cases) without downloading
 weights; weights are seeded random so builds are byte-identical and numerically tame.
 
     build(name, small=False, **options) -> onnx.ModelProto
@@ -17,7 +17,7 @@ import onnx
 
 from ge.errors import AtcError
 
-from atc_py.zoo import bert, densenet, efficientnet, gpt2, resnet, seeds, vit
+from atc_py.zoo import bert, densenet, efficientnet, gpt2, mobilenet, resnet, seeds, vit
 
 MODELS: Dict[str, Callable[..., onnx.ModelProto]] = {
     "seed_testmodel": seeds.build_seed_testmodel,
@@ -27,6 +27,7 @@ MODELS: Dict[str, Callable[..., onnx.ModelProto]] = {
     "resnet101": resnet.build_resnet101,
     "densenet121": densenet.build_densenet121,
     "efficientnet_b4": efficientnet.build_efficientnet_b4,
+    "mobilenet_v2": mobilenet.build_mobilenet_v2,
     "bert_base": bert.build_bert_base,
     "vit_base": vit.build_vit_base,
     "gpt2": gpt2.build_gpt2,
