@@ -93,11 +93,26 @@ def precision_class(graph: Graph, value: Value, compute_dtypes: dict) -> str:
         seen.add(id(node))
         fp16 = fp16 or np.dtype(compute_dtypes.get(node.name, np.float32)) == np.float16
         fp16 = fp16 or node.attrs.get("op_impl_mode") == "high_performance"    # an approximation (tanh-GELU, ...)
-        int8 = int8 or any(t is not None and _is_8bit(t) for t in list(node.inputs) + node.outputs)
+        int8 = int8 or _quantized(node)
         stack.extend(node.inputs)
     if int8:
         return "int8-fp16" if fp16 else "int8"
     return "fp16" if fp16 else "fp32"
+
+
+QUANTIZED_OPS = frozenset({
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
+    "MatMulInteger", "ConvInteger", "QGemm", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
+    "QLinearSoftmax", "QLinearSigmoid", "QLinearLeakyRelu", "AscendQuant", "AscendDequant", "AscendAntiQuant",
+    "QuantConvBNReluFusionOp", "QuantMatMulBiasActFusionOp"})
+
+
+def _quantized(node) -> bool:
+    """A kernel of the int8 path: a quantized op, an int8 cube op (AMCT's int8 Conv/Gemm/
+    MatMul), or an autofused group holding one.  (A uint8 image into AIPP is not one.)"""
+    if node.op_type in QUANTIZED_OPS or QUANTIZED_OPS.intersection(node.attrs.get("member_ops", ()) or ()):
+        return True
+    return node.op_type in ("Conv", "MatMul", "Gemm") and bool(node.inputs) and _is_8bit(node.inputs[0])
 
 
 def _is_8bit(value: Value) -> bool:
