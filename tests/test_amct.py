@@ -12,7 +12,7 @@ from ge.errors import AtcError
 from ge.onnx_import import import_model
 from simulator.amct_reference import to_standard_onnx
 
-from helpers import fuse, lower, op_types, random_feeds, run_ir, run_ort
+from helpers import fuse_model as fuse, lower, op_types, random_feeds, run_ir, run_ort
 
 RNG = np.random.default_rng(11)
 

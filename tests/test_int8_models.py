@@ -8,7 +8,7 @@ from atc_py.zoo import build
 from atc_py.zoo.int8 import calibration_feeds, quantize
 from simulator.amct_reference import has_amct_ops, to_standard_onnx
 
-from helpers import fuse, op_types, run_ir, run_ort
+from helpers import fuse_model as fuse, op_types, run_ir, run_ort
 
 pytest.importorskip("onnxruntime.quantization")
 QUANT_KERNELS = ("QuantConvBNReluFusionOp", "QuantMatMulBiasActFusionOp")
