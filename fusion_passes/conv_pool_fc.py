@@ -5,14 +5,15 @@ separate kernels each is written to and re-read from global memory, and each lau
 time; in one kernel the conv tile is pooled on chip and fed straight to the FC.
 
 Pattern (anchor: the pooling op):
-  Conv | ConvBNReluFusionOp   (a conv block the ConvBNReLU pass already fused -- with its
-                               residual conv, if any -- or a plain Conv)
+  Conv | a conv block        (ConvBNReluFusionOp or a depthwise/grouped/dilated one, with its
+                               residual conv, if any -- or a plain Conv of any group/dilation:
+                               the head kernel runs the conv block's own code)
   -> GlobalAveragePool | ReduceMean(axes = all spatial axes, keepdims 0 or 1)
   -> [Flatten | Reshape to (N, C)]   (may be absent when ReduceMean has keepdims=0)
   -> Gemm(transA=0) | MatMul [+ Add(constant bias)]
 A pooling op not fed by a conv block or not followed by an FC is not this pattern (None):
 e.g. EfficientNet's squeeze-excite pools.  Misses: pooling not over all spatial axes,
-group/dilation != 1, an intermediate used elsewhere (NF2001), non-constant FC or conv
+an intermediate used elsewhere (NF2001), non-constant FC or conv
 weights (NF2002), the flattened shape not (N, C) or a bias that does not broadcast (NF2004),
 a conv block that stores its output permuted or concatenated (NF2006).
 """
@@ -23,16 +24,16 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from codegen.fused.conv import CONV_ATTR_NAMES, RES_PREFIX
+from codegen.fused.conv import CONV_ATTR_NAMES, CONV_BLOCK_OPS, RES_PREFIX
+from codegen.fused.epilogue import ACT_PREFIX, EPILOGUE_ATTRS
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, creates_cycle, escaping_values, fuse, operands, single_consumer
-from fusion_passes.conv_bn_relu import conv_attrs
+from fusion_passes.conv_block import conv_attrs
 from ge.ir import Graph, Node, Value
 
 FUSED_OP = "ConvPoolFCFusionOp"
-_CONV_TYPES = ("Conv", "ConvBNReluFusionOp")
-_BLOCK_ATTRS = ("kernel_shape", "pads", "strides", "dilations", "group", "auto_pad", "activation",
-                "clip_min", "clip_max", "act_alpha", "has_bn", "has_residual", "residual_conv", "res_has_bn") \
+_CONV_TYPES = ("Conv",) + CONV_BLOCK_OPS
+_BLOCK_ATTRS = CONV_ATTR_NAMES + EPILOGUE_ATTRS + ("has_bn", "has_residual", "residual_conv", "res_has_bn") \
     + tuple(RES_PREFIX + k for k in CONV_ATTR_NAMES)
 
 
@@ -106,12 +107,6 @@ class ConvPoolFCFusionPass(FusionPass):
             return self.miss(reasons.SHAPE_MISMATCH, pool, nodes,
                              f"the pooled tensor reaches the FC as {list(flat.desc.shape)}, not (N, C) = "
                              f"{[n, c]}", [pooled, flat])
-        group = int(conv.attrs.get("group", 1))
-        dilations = [int(d) for d in (conv.attrs.get("dilations") or [])]
-        if group != 1 or any(d != 1 for d in dilations):
-            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, pool, nodes,
-                             f"a conv with group != 1 or dilation != 1 is not fused (group = {group}, "
-                             f"dilations = {dilations})", [block])
         if fc_attrs.pop("fc_transA", 0):
             return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, pool, nodes,
                              "Gemm with transA = 1 does not read the pooled (N, C) tensor as rows", [flat])
@@ -148,7 +143,7 @@ class ConvPoolFCFusionPass(FusionPass):
             attrs = conv_attrs(conv)
             attrs.update(has_bn=False, has_residual=False)
         else:
-            attrs = {k: conv.attrs[k] for k in _BLOCK_ATTRS if k in conv.attrs}
+            attrs = {k: v for k, v in conv.attrs.items() if k in _BLOCK_ATTRS or k.startswith(ACT_PREFIX)}
         attrs.update(match.fc_attrs)
         attrs["pool"] = match.nodes[1].op_type
         block_inputs = list(conv.inputs[:4]) + [None] * (4 - len(conv.inputs[:4]))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from codegen.fused.epilogue import ACT_PREFIX, EPILOGUE_ATTRS
 from codegen.fused.gemm import MATMUL_BIAS_OPS
 from codegen.fused.layer_norm import OP_TYPE
 from fusion_passes import reasons
@@ -79,9 +80,10 @@ class LayerNormMatMulFusionPass(FusionPass):
         inputs = ln_in + gemm_in
         while inputs and inputs[-1] is None:
             inputs.pop()
-        activation = gemm.attrs.get("activation", "") if gemm.op_type != "MatMul" else ""
-        attrs = {"axis": -1, "epsilon": float(ln.attrs.get("epsilon", 1e-5)),
-                 "activation": activation, "emit_normalized": int(match.emit_normalized)}
+        attrs = {"axis": -1, "epsilon": float(ln.attrs.get("epsilon", 1e-5)), "activation": "",
+                 "emit_normalized": int(match.emit_normalized)}
+        if gemm.op_type != "MatMul":            # a fused GEMM: its epilogue comes along
+            attrs.update({k: v for k, v in gemm.attrs.items() if k in EPILOGUE_ATTRS or k.startswith(ACT_PREFIX)})
         base = gemm.name.rsplit("/", 1)[0] or gemm.name
         return fuse(graph, match.nodes, OP_TYPE, inputs, match.outputs, attrs, self.pass_name,
                     name=f"{base}/{OP_TYPE}")

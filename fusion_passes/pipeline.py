@@ -17,6 +17,9 @@ from fusion_passes.base import FusionPass
 from fusion_passes.canonical import CanonicalizePass
 from fusion_passes.conv_bn_relu import ConvBNReluFusionPass
 from fusion_passes.conv_pool_fc import ConvPoolFCFusionPass
+from fusion_passes.depthwise_conv import DepthwiseConvBNReluFusionPass
+from fusion_passes.dilated_conv import DilatedConvBNReluFusionPass
+from fusion_passes.group_conv import GroupConvBNReluFusionPass
 from fusion_passes.layer_norm import LayerNormFusionPass
 from fusion_passes.layer_norm_matmul import LayerNormMatMulFusionPass
 from fusion_passes.matmul_bias_act import MatMulBiasActFusionPass
@@ -36,6 +39,9 @@ def fusion_passes(switches: Optional[FusionSwitches] = None,
         QuantConvBNReluFusionPass(switches),      # int8 first: they take the DequantizeLinear-fed
         QuantMatMulBiasActFusionPass(switches),   # convs and GEMMs before the float passes look
         ConvBNReluFusionPass(switches),
+        DepthwiseConvBNReluFusionPass(switches),   # the conv blocks GE's ConvBNReLU leaves out,
+        GroupConvBNReluFusionPass(switches),       # each under its own name
+        DilatedConvBNReluFusionPass(switches),
         ConvPoolFCFusionPass(switches),
         LayerNormFusionPass(switches),
         MultiHeadAttentionFusionPass(switches),

@@ -156,11 +156,11 @@ def test_conv_variant_fuses_and_matches_ort(name):
 def test_activation_attrs_recorded():
     graph, _ = fuse_named(_variant(bn=True, bias=False, residual=False, act="Relu6"))
     assert graph.nodes[0].attrs["activation"] == "Clip"
-    assert (graph.nodes[0].attrs["clip_min"], graph.nodes[0].attrs["clip_max"]) == (0.0, 6.0)
+    assert (graph.nodes[0].attrs["act_min"], graph.nodes[0].attrs["act_max"]) == (0.0, 6.0)
     graph, _ = fuse_named(_variant(bn=False, bias=False, residual=False, act="LeakyRelu"))
     assert graph.nodes[0].attrs["act_alpha"] == pytest.approx(0.2)
-    graph, _ = fuse_named(_variant(bn=True, bias=False, residual=False, act="SiLU"))
-    assert graph.nodes[0].attrs["activation"] == "SiLU"
+    graph, _ = fuse_named(_variant(bn=True, bias=False, residual=False, act="SiLU"))   # canonical: Swish
+    assert graph.nodes[0].attrs["activation"] == "Swish" and "act_alpha" not in graph.nodes[0].attrs
 
 
 def test_bn_is_folded_into_new_constants():
@@ -201,19 +201,28 @@ def _assert_miss(model, code, words, pass_name=CONV_PASS):
     return miss
 
 
-def test_group_conv_is_a_miss():
+@pytest.mark.parametrize("conv,variant_pass,words", [
+    (dict(group=2), "GroupConvBNReluFusionPass", "group != 1 is not fused, as GE's ConvBatchnormFusionPass documents"),
+    (dict(group=CIN), "DepthwiseConvBNReluFusionPass", "group != 1 is not fused"),
+    (dict(dilation=2), "DilatedConvBNReluFusionPass", "dilation != 1"),
+])
+def test_grouped_and_dilated_convs_are_convbnrelu_misses_fused_by_their_own_pass(conv, variant_pass, words):
+    """GE's constraint stays on ConvBNReluFusionPass (NF2003, naming the pass that takes the
+    conv); the variant's own pass fuses it into its own op type."""
     net = ConvNet()
-    net.conv(group=2)
+    net.conv(**conv)
     net.bn()
     _act(net, "Relu")
-    _assert_miss(net.model(), "NF2003", "group != 1 is not fused, as GE's ConvBatchnormFusionPass documents")
-
-
-def test_dilated_conv_is_a_miss():
-    net = ConvNet()
-    net.conv(dilation=2)
-    net.bn()
-    _assert_miss(net.model(), "NF2003", "dilation != 1")
+    model = net.model()
+    graph, stats = fuse_named(model)
+    fused_op = variant_pass.replace("Pass", "Op")
+    assert op_types(graph) == [fused_op]
+    [miss] = stats[CONV_PASS].misses
+    assert miss.code == "NF2003" and words in miss.constraint and variant_pass in miss.constraint
+    _stats_ok(stats, variant_pass, 1, 1)
+    assert graph.nodes[0].provenance["pass"] == variant_pass
+    assert_matches_ort(model, graph)
+    assert_matches_ort(model, graph, precision="fp16")
 
 
 def test_conv_output_with_other_consumer_is_a_miss():
@@ -432,14 +441,15 @@ def test_resnet50_small_every_conv_fused():
     assert_matches_ort(model, graph)
 
 
-def test_efficientnet_small_depthwise_convs_are_misses():
+def test_efficientnet_small_depthwise_convs_fuse_as_depthwise():
     model = zoo.build("efficientnet_b4", small=True)
     depthwise = sum(1 for n in lower(model).nodes if n.op_type == "Conv" and n.attrs.get("group", 1) != 1)
     graph, stats = fuse_named(model)
     misses = stats[CONV_PASS].misses
     assert depthwise > 0 and len(misses) == depthwise
     assert all(m.code == "NF2003" and "group != 1" in m.constraint for m in misses)
-    assert sum(1 for n in graph.nodes if n.op_type == "Conv") == depthwise
+    _stats_ok(stats, "DepthwiseConvBNReluFusionPass", depthwise, depthwise)
+    assert "Conv" not in op_types(graph)
     _stats_ok(stats, HEAD_PASS, 1, 1)
     assert_matches_ort(model, graph)
 
@@ -545,12 +555,12 @@ def test_residual_conv_block_feeds_the_head():
     assert_matches_ort(model, graph, precision="fp16")
 
 
-def _residual_conv_miss(model, code, words, kernels):
+def _residual_conv_miss(model, code, words, kernels, pass_name=CONV_PASS):
     graph, stats = fuse_named(model)
     assert sorted(op_types(graph)) == sorted(kernels)
     block = next(n for n in graph.nodes if n.op_type == CBR)
     assert block.attrs["has_residual"] and not block.attrs.get("residual_conv")
-    misses = [m for m in stats[CONV_PASS].misses if m.code == code]
+    misses = [m for m in stats[pass_name].misses if m.code == code]
     assert len(misses) == 1, stats[CONV_PASS].misses
     assert words in misses[0].constraint, misses[0].constraint
     assert "Conv" in misses[0].to_json()["op_types"] and misses[0].tensors
@@ -573,8 +583,8 @@ def test_residual_conv_miss_shapes_differ(side_first):
 
 
 def test_residual_conv_miss_group_conv():
-    model = _downsample_block(side_bn=False, side_group=2)
-    _residual_conv_miss(model, "NF2003", "residual conv", ["Conv", CBR])
+    model = _downsample_block(side_bn=False, side_group=2)       # a grouped conv: its own pass says why
+    _residual_conv_miss(model, "NF2003", "residual conv", ["Conv", CBR], "GroupConvBNReluFusionPass")
 
 
 def test_residual_conv_switched_off_restores_both_convs():

@@ -460,9 +460,9 @@ def _scatter_model(data_from_shape: bool, op_type: str = "ScatterND") -> onnx.Mo
 @pytest.mark.parametrize("op_type", ["ScatterND", "ScatterElements"])
 @pytest.mark.parametrize("data_from_shape", [True, False])
 def test_scatter_folds_when_constant_and_runs_otherwise(op_type, data_from_shape):
-    from helpers import assert_matches_ort, fuse_model as fuse
+    from helpers import assert_matches_ort, fuse_model
     model = _scatter_model(data_from_shape, op_type)
-    graph, _ = fuse(model)
+    graph, _ = fuse_model(model)
     left = [n.op_type for n in graph.nodes if n.op_type == op_type]
     assert left == ([] if data_from_shape else [op_type])
     for precision in ("fp32", "fp16"):

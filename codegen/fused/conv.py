@@ -1,4 +1,6 @@
-"""Kernels of the conv fusions: ConvBNReluFusionOp and ConvPoolFCFusionOp.
+"""Kernels of the conv fusions: the conv block (ConvBNReluFusionOp and its depthwise, grouped
+and dilated variants, one kernel under four names so the report tells them apart) and
+ConvPoolFCFusionOp.
 
 Why one module: the classification-head kernel runs the same conv block (conv + folded BN
 bias + residual + activation) as ConvBNReluFusionOp before its pooling and FC, so both
@@ -7,9 +9,9 @@ time (fusion_passes/conv_bn_relu.py), so the kernel sees a plain conv with an ep
 
 Inputs of ConvBNReluFusionOp: [x, W, b | None, residual | None, res_x, res_W, concat parts...]
 (trailing None dropped).  Inputs of ConvPoolFCFusionOp: [x, W, b | None, residual | None, fc_weight,
-fc_bias | None, res_x, res_W].  Attrs: the Conv attrs, `activation` (Relu, Clip, LeakyRelu,
-Sigmoid, HardSwish, SiLU, Tanh, absent = none) with `clip_min`/`clip_max`/`act_alpha`,
-`has_residual`; the head adds `fc_transB`, `fc_alpha`, `fc_beta`.
+fc_bias | None, res_x, res_W].  Attrs: the Conv attrs, the epilogue's (`activation` and its
+`act_*`, `residual_after_act`: codegen/fused/epilogue.py), `has_residual`; the head adds
+`fc_transB`, `fc_alpha`, `fc_beta`.
 
 Residual convolution (`residual_conv` true; `res_` + the Conv attrs of the second conv):
 ResNet's downsample branch.  The kernel computes conv(x, W) + conv(res_x, res_W) + b, i.e. one
@@ -29,9 +31,9 @@ ViT's `Concat(CLS token, patches)`.  The conv tile is stored at its offset of th
 output (an address offset, free) and the kernel copies the other `concat_parts` operands,
 inputs from CONCAT_SLOT on, into their places (vector `move` work of their size).
 
-Numerics: float16 data is widened to float32 once; the conv accumulates in float32 and the
-whole epilogue (bias, residual, activation, pooling, FC) stays float32 on chip; only the
-kernel's output is rounded back to float16 -- one rounding where the unfused graph has one
+Numerics: the epilogue's float16 rule (codegen/fused/epilogue.py) -- the conv accumulates in
+float32 and bias, residual, activation, pooling and FC stay float32 on chip; only the
+kernel's output is rounded back to float16, one rounding where the unfused graph has one
 per op.  Every piece of arithmetic reuses the ONNX ops of ge.ops, and the work
 rules reuse their kernels', so fused and unfused kernels are priced by one ruler.
 """
@@ -41,55 +43,22 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from codegen.fused import epilogue
 from codegen.registry import kernel_of, register
 from codegen.work import Work
-from ge.ops.common import with_impl
 from ge.ops.registry import OpDef, OpKind, TensorType, get_op
-from ge.errors import AtcError, InvalidNode
+from ge.errors import InvalidNode
 
-ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSwish", "SiLU", "Tanh")
+CONV_BLOCK_OPS = ("ConvBNReluFusionOp", "DepthwiseConvBNReluFusionOp", "GroupConvBNReluFusionOp",
+                  "DilatedConvBNReluFusionOp")
 CONV_ATTR_NAMES = ("kernel_shape", "pads", "strides", "dilations", "group", "auto_pad")
 RES_PREFIX = "res_"
 CBR_RES_SLOT, HEAD_RES_SLOT = 4, 6      # where res_x, res_W sit in each kernel's inputs
-CONCAT_SLOT = 6                         # ConvBNReluFusionOp: the other Concat operands start here
-
-
-def _acc_dtype(dtype) -> np.dtype:
-    """The on-chip dtype: float16 widens to float32 (the cube's accumulator), others stay."""
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+CONCAT_SLOT = 6                         # conv block: the other Concat operands start here
 
 
 def _slot(inputs: Sequence, i: int):
     return inputs[i] if len(inputs) > i else None
-
-
-def activation_op(attrs: dict) -> list:
-    """The ONNX ops (type, attrs) an activation attr stands for, in order; [] for none."""
-    act = attrs.get("activation", "")
-    if not act:
-        return []
-    if act == "Clip":
-        bounds = {k: float(attrs[f"clip_{k}"]) for k in ("min", "max") if f"clip_{k}" in attrs}
-        return [("Clip", bounds)]
-    if act == "LeakyRelu":
-        return [("LeakyRelu", {"alpha": float(attrs.get("act_alpha", 0.01))})]
-    if act == "SiLU":
-        return [("Sigmoid", {}), ("Mul", {})]
-    if act in ACTIVATIONS:
-        return [(act, {})]
-    raise ValueError(f"unknown fused activation {act!r}")
-
-
-def _activate(y: np.ndarray, attrs: dict) -> np.ndarray:
-    """The epilogue's activation on the accumulator; the kernel's implementation mode (if a
-    flag set one) reaches the activation that has two implementations (Sigmoid, SiLU's)."""
-    ops = activation_op(attrs)
-    if attrs.get("activation") == "SiLU":
-        sig = get_op("Sigmoid").compute([y], with_impl(attrs, {}))[0].astype(y.dtype, copy=False)
-        return get_op("Mul").compute([y, sig], {})[0]
-    for op_type, op_attrs in ops:
-        y = get_op(op_type).compute([y], with_impl(attrs, op_attrs))[0]
-    return y
 
 
 def residual_conv_attrs(attrs: dict) -> dict:
@@ -100,17 +69,14 @@ def residual_conv_attrs(attrs: dict) -> dict:
 def _conv_block(inputs: Sequence[Optional[np.ndarray]], attrs: dict, res_slot: int) -> np.ndarray:
     """conv (+ residual conv) + bias + residual + activation, in the on-chip (accumulation) dtype."""
     x, w, b, r = inputs[0], inputs[1], _slot(inputs, 2), _slot(inputs, 3)
-    acc = _acc_dtype(x.dtype)
+    acc = epilogue.accumulate_dtype(x.dtype)
     y = get_op("Conv").compute([x.astype(acc, copy=False), w.astype(acc, copy=False)], attrs)[0]
     if attrs.get("residual_conv"):
         res_x, res_w = inputs[res_slot], inputs[res_slot + 1]
         y += get_op("Conv").compute([res_x.astype(acc, copy=False), res_w.astype(acc, copy=False)],
                                     residual_conv_attrs(attrs))[0]
-    if b is not None:
-        y = y + b.astype(acc, copy=False).reshape((-1,) + (1,) * (y.ndim - 2))
-    if r is not None:
-        y = y + r.astype(acc, copy=False)
-    return _activate(y, attrs)
+    bias = b.reshape((-1,) + (1,) * (y.ndim - 2)) if b is not None else None
+    return epilogue.apply(y, attrs, bias, r, x.dtype)
 
 
 def _conv_block_type(inputs: Sequence[Optional[TensorType]], attrs: dict, res_slot: int) -> TensorType:
@@ -128,26 +94,15 @@ def _conv_block_work(inputs: Sequence[Optional[TensorType]], out: TensorType, at
                      res_slot: int) -> Work:
     """Cube MACs of the conv (and of the residual conv: its products accumulate into the same
     tile, so it adds MACs but no vector op), vector ops of the epilogue, and the
-    intermediates kept on chip: the conv accumulator, the residual sum when an activation
-    follows it, and SiLU's sigmoid -- each a tensor of the block's output size that the
-    unfused graph writes out."""
+    intermediates kept on chip (codegen/fused/epilogue.py: the accumulator, and one tile per
+    epilogue stage after the first)."""
     work = kernel_of("Conv").work(list(inputs[:2]), [out], attrs)
     if attrs.get("residual_conv"):
         side = kernel_of("Conv").work(list(inputs[res_slot:res_slot + 2]), [out], residual_conv_attrs(attrs))
         work.cube_macs += side.cube_macs
-    stages = 1
-    if _slot(inputs, 2) is not None:
-        work.add_vector("alu", out.size)
-    if _slot(inputs, 3) is not None:
-        work.add_vector("alu", out.size)
-        stages += 1 if attrs.get("activation") else 0
-    for op_type, op_attrs in activation_op(attrs):
-        work = work + kernel_of(op_type).work([out, out] if op_type == "Mul" else [out], [out],
-                                              with_impl(attrs, op_attrs))
-    if attrs.get("activation") == "SiLU":
-        stages += 1
-    work.onchip_bytes = stages * out.nbytes
-    return work
+    tail = epilogue.work(out, attrs, bias=_slot(inputs, 2) is not None, residual=_slot(inputs, 3) is not None,
+                         bias_is_a_stage=False, min_stages=1)
+    return work + tail
 
 
 # -- ConvBNReluFusionOp ------------------------------------------------------------------
@@ -206,8 +161,9 @@ def conv_bn_relu_work(inputs, outputs, attrs):
     return work
 
 
-register(OpDef("ConvBNReluFusionOp", OpKind.OUT_EWISE_FUSABLE, conv_bn_relu_compute, conv_bn_relu_infer),
-         conv_bn_relu_work)
+for _op_type in CONV_BLOCK_OPS:
+    register(OpDef(_op_type, OpKind.OUT_EWISE_FUSABLE, conv_bn_relu_compute, conv_bn_relu_infer),
+             conv_bn_relu_work)
 
 
 # -- ConvPoolFCFusionOp --------------------------------------------------------------------

@@ -1,81 +1,74 @@
 """MatMulBias*FusionOp: one GEMM whose epilogue adds the bias, applies an activation and
 adds a residual while the result tile is still on chip.
 
-Why one module for six op types: they differ only in the activation of the epilogue, and
-the disable list switches them off one by one, so each activation is its own op type.
+Why one module for many op types: they differ only in the activation of the epilogue, and
+the disable list switches them off one by one, so each activation is its own op type
+(`fused_op_type`: MatMulBiasFusionOp, MatMulBiasReluFusionOp, MatMulBiasGeluFusionOp,
+MatMulBiasFastGeluFusionOp for GELU's tanh form, MatMulBiasSwishFusionOp for SiLU and
+QuickGelu, ... one per canonical activation of codegen/fused/epilogue.py).
 
 Inputs: x [..., K] (rows are every leading axis), W [K, N] (constant; the pass has already
 applied Gemm's transB/alpha), bias [N] (optional), residual [..., N] (optional).
-The op type fixes the activation; the ``activation`` attribute ("" | Relu | Gelu | FastGelu |
-Sigmoid | Tanh) repeats it for readers of the .om (and sets Netron's relu_flag).
-Numerics: the product accumulates in float32 for float16 data (the cube's accumulator) and
-the epilogue runs on that accumulator; the result is rounded to the data dtype once.
+Attributes: the epilogue's (codegen/fused/epilogue.py): ``activation`` and its ``act_*``
+(Netron's relu_flag for Relu); absent, the op type says which (FastGelu: Gelu's tanh form).
+``residual_after_act`` defaults to 1 here: bias -> activation -> residual, the transformer's
+residual branch.  Numerics: the epilogue's float16 rule.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
-from codegen.registry import kernel_of, register
+from codegen.fused import epilogue
+from codegen.registry import register
 from codegen.work import Work
+from ge.errors import InvalidNode
 from ge.ops.nn import matmul_shape
-from ge.ops.common import own_dtype_inside, with_impl
-from ge.ops.registry import OpDef, OpKind, TensorType, get_op
-from ge.errors import AtcError, InvalidNode
+from ge.ops.registry import OpDef, OpKind, TensorType
 
-# activation attr -> (ONNX op whose kernel computes it, its attributes)
-ACTIVATIONS = {
-    "": None,
-    "Relu": ("Relu", {}),
-    "Gelu": ("Gelu", {}),
-    "FastGelu": ("Gelu", {"approximate": "tanh"}),
-    "Sigmoid": ("Sigmoid", {}),
-    "Tanh": ("Tanh", {}),
-}
-FUSED_OP_BY_ACTIVATION = {
-    "": "MatMulBiasFusionOp",
-    "Relu": "MatMulBiasReluFusionOp",
-    "Gelu": "MatMulBiasGeluFusionOp",
-    "FastGelu": "MatMulBiasFastGeluFusionOp",
-    "Sigmoid": "MatMulBiasSigmoidFusionOp",
-    "Tanh": "MatMulBiasTanhFusionOp",
-}
-MATMUL_BIAS_OPS = tuple(FUSED_OP_BY_ACTIVATION.values())
+
+def activation_name(attrs: dict) -> str:
+    """The activation as the op type names it: "" (none), FastGelu for GELU's tanh form, else
+    the activation op type."""
+    act = epilogue.activation_of(attrs)
+    if act is None:
+        return ""
+    op_type, op_attrs = act
+    approx = op_attrs.get("approximate", "none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    return "FastGelu" if op_type == "Gelu" and approx == "tanh" else op_type
+
+
+def fused_op_type(attrs: dict) -> str:
+    return f"MatMulBias{activation_name(attrs)}FusionOp"
+
+
+def epilogue_attrs(op_type: str, attrs: dict) -> dict:
+    """The epilogue attributes of a MatMulBias*FusionOp node: its own, or the activation its op
+    type names when it carries none; the residual after the activation unless it says not."""
+    full = {"residual_after_act": 1, **attrs}
+    if "activation" not in attrs:
+        name = op_type[len("MatMulBias"):-len("FusionOp")]
+        full.update({"activation": "Gelu", "act_approximate": "tanh"} if name == "FastGelu"
+                    else {"activation": name})
+    if fused_op_type(full) != op_type:
+        raise InvalidNode(f"{op_type} carries the activation of {fused_op_type(full)}",
+                          "Recompile the model with this version of atc_py.")
+    return full
+
+
+MATMUL_BIAS_OPS = tuple(f"MatMulBias{name}FusionOp" for name in ("",) + epilogue.ACTIVATIONS + ("FastGelu",))
 
 
 def _optional(inputs, i):
     return inputs[i] if len(inputs) > i else None
 
 
-def accumulate_dtype(dtype) -> np.dtype:
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
-
-
-def epilogue(acc: np.ndarray, bias, residual, activation: str, attrs: Optional[dict] = None,
-             data_dtype=None) -> np.ndarray:
-    """bias add -> activation -> residual add, on the accumulator dtype.  A high_performance
-    (or keep_fp16) kernel runs the activation on the data dtype instead (`attrs`' op_impl_mode)."""
-    ct = acc.dtype
-    if bias is not None:
-        acc = acc + bias.astype(ct, copy=False)
-    spec = ACTIVATIONS[activation]
-    if spec is not None:
-        act_attrs = with_impl(attrs or {}, spec[1])
-        if data_dtype is not None and own_dtype_inside(act_attrs):
-            acc = acc.astype(data_dtype, copy=False)
-        acc = get_op(spec[0]).compute([acc], act_attrs)[0].astype(ct, copy=False)
-    if residual is not None:
-        acc = acc + residual.astype(ct, copy=False)
-    return acc
-
-
-def gemm_compute(inputs, act: str = "", attrs: Optional[dict] = None):
+def gemm_compute(inputs, attrs: dict):
     """x @ W then the epilogue; also the GEMM half of LayerNormMatMulFusionOp."""
     x, w = inputs[0], inputs[1]
-    ct = accumulate_dtype(x.dtype)
-    acc = np.matmul(x.astype(ct, copy=False), w.astype(ct, copy=False))
-    y = epilogue(np.asarray(acc), _optional(inputs, 2), _optional(inputs, 3), act, attrs, x.dtype)
+    ct = epilogue.accumulate_dtype(x.dtype)
+    acc = np.asarray(np.matmul(x.astype(ct, copy=False), w.astype(ct, copy=False)))
+    y = epilogue.apply(acc, attrs, _optional(inputs, 2), _optional(inputs, 3), x.dtype)
     return [y.astype(x.dtype, copy=False)]
 
 
@@ -87,38 +80,19 @@ def gemm_infer(inputs, attrs):
     return [TensorType(np.dtype(x.dtype), matmul_shape(x.shape, w.shape))]
 
 
-def epilogue_work(out: TensorType, has_bias: bool, activation: str, has_residual: bool,
-                  attrs: Optional[dict] = None) -> Work:
-    """Vector work of the epilogue, and the on-chip bytes of the intermediates it avoids
-    writing: the raw product plus every stage output except the last."""
-    work = Work()
-    stages = 0
-    if has_bias:
-        work.add_vector("alu", out.size)
-        stages += 1
-    spec = ACTIVATIONS[activation]
-    if spec is not None:
-        work = work + kernel_of(spec[0]).work([out], [out], with_impl(attrs or {}, spec[1]))
-        stages += 1
-    if has_residual:
-        work.add_vector("alu", out.size)
-        stages += 1
-    work.onchip_bytes = stages * out.nbytes
-    return work
-
-
-def gemm_work(inputs, outputs, act: str = "", attrs: Optional[dict] = None):
+def gemm_work(inputs, outputs, attrs: dict):
+    """Cube MACs of the product and the epilogue (the bias is its own stage: MatMul + Add)."""
     x, out = inputs[0], outputs[0]
     cube = Work(cube_macs=out.size * int(x.shape[-1]))
-    return cube + epilogue_work(out, _optional(inputs, 2) is not None, act,
-                                _optional(inputs, 3) is not None, attrs)
+    return cube + epilogue.work(out, attrs, bias=_optional(inputs, 2) is not None,
+                                residual=_optional(inputs, 3) is not None, bias_is_a_stage=True)
 
 
-def _register(op_type: str, act: str) -> None:
-    register(OpDef(op_type=op_type, kind=OpKind.OUT_EWISE_FUSABLE,
-                   compute=lambda inputs, attrs: gemm_compute(inputs, act, attrs), infer=gemm_infer),
-             work=lambda inputs, outputs, attrs: gemm_work(inputs, outputs, act, attrs))
+def _register(op_type: str) -> None:
+    register(OpDef(op_type=op_type, kind=OpKind.OUT_EWISE_FUSABLE, infer=gemm_infer,
+                   compute=lambda inputs, attrs: gemm_compute(inputs, epilogue_attrs(op_type, attrs))),
+             work=lambda inputs, outputs, attrs: gemm_work(inputs, outputs, epilogue_attrs(op_type, attrs)))
 
 
-for _act, _op_type in FUSED_OP_BY_ACTIVATION.items():
-    _register(_op_type, _act)
+for _op_type in MATMUL_BIAS_OPS:
+    _register(_op_type)

@@ -48,6 +48,8 @@ KERNELS = {
     "HardSigmoid":     (per_element(alu=4), ""),
     "HardSwish":       (per_element(alu=5), "HardSwish"),
     "Gelu":            (per_element(transcendental=1, alu=7), ""),
+    "Swish":           (per_element(transcendental=1, alu=2, div=1), "Swish"),   # Sigmoid + Mul
+    "Mish":            (per_element(transcendental=3, alu=2), "Mish"),           # exp, log, tanh
     "Sin":             (per_element(transcendental=1), "Sin"),
     "Cos":             (per_element(transcendental=1), "Cos"),
     "Not":             (per_element(alu=1), "LogicalNot"),

@@ -18,7 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from fusion_passes.canonical.clip import Clip
+from fusion_passes.canonical.gelu_erf import GeluErf
+from fusion_passes.canonical.gelu_tanh import GeluTanh
+from fusion_passes.canonical.hard_sigmoid import HardSigmoid
+from fusion_passes.canonical.hard_swish import HardSwish
+from fusion_passes.canonical.mish import Mish
 from fusion_passes.canonical.rewrite import Rewrite
+from fusion_passes.canonical.swish import Swish
 from fusion_passes.switches import FusionSwitches
 from ge.ir import Graph
 from ge.passes.contract import CANONICAL, TYPED, GraphPass, PassResult
@@ -28,6 +35,8 @@ MAX_ROUNDS = 8
 
 # The rewrites, in the order they run in each round.
 REWRITES: tuple = (
+    # activations, recognized once into the ONNX op the conv/GEMM epilogues and autofuse read
+    Clip(), HardSigmoid(), HardSwish(), Swish(), GeluErf(), GeluTanh(), Mish(),
 )
 
 

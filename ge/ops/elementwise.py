@@ -167,6 +167,12 @@ def _gelu(x, a):
     return (0.5 * x * (1 + erf(x * (1.0 / math.sqrt(2.0))))).astype(x.dtype)  # Python float: stays in x.dtype
 
 
+def _swish(x, a):
+    """x * sigmoid(alpha * x): SiLU (alpha 1) and QuickGelu (alpha 1.702) in one op."""
+    alpha = float(a.get("alpha", 1.0))
+    return x * _sigmoid(x if alpha == 1.0 else (alpha * x).astype(x.dtype, copy=False), a)
+
+
 def _selu(x, a):
     alpha = a.get("alpha", 1.67326319217681884765625)
     gamma = a.get("gamma", 1.05070102214813232421875)
@@ -208,6 +214,8 @@ _unary("Selu", _float_fn(_selu))
 _unary("HardSigmoid", _hard_sigmoid)
 _unary("HardSwish", lambda x, a: x * np.clip(x / 6 + 0.5, 0, 1))
 _unary("Gelu", _float_fn(_gelu))
+_unary("Swish", _float_fn(_swish))
+_unary("Mish", _float_fn(lambda x, a: x * np.tanh(np.logaddexp(0, x))))
 _unary("Sin", lambda x, a: np.sin(x))
 _unary("Cos", lambda x, a: np.cos(x))
 _unary("Not", lambda x, a: np.logical_not(x), fp32_inside=False)
