@@ -82,9 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "files named <input name>.npy, or ais_bench's dataset form: one folder per model input (the "
                    "k-th files of the folders are inference k; for a one-input model, several files are several "
                    "inferences); default: --pure_data_type inputs")
-    p.add_argument("--pure_data_type", default="random", choices=("random", "zero"),
-                   help="inputs when --input is not given: random (seeded; floats N(0,1), ints in [0, min(10, "
-                   "embedding rows)), inputs named *mask* ones; the default here) or zero (ais_bench's default)")
+    p.add_argument("--pure_data_type", default=None, choices=("random", "zero"),
+                   help="inputs when --input is not given: zero (the default, as ais_bench) or random (seeded; "
+                   "floats N(0,1), ints in [0, min(10, embedding rows)), inputs named *mask* ones; the default "
+                   "with --compare, where zeros would prove little)")
     p.add_argument("--output", default="", help="folder for the outputs and summary.json (written directly, "
                    "no timestamped subfolder)")
     p.add_argument("--output_dirname", default="", help="with --output: write into OUTPUT/OUTPUT_DIRNAME, files "
@@ -188,7 +189,8 @@ def _inputs(args, session):
     graph = session.model.graph
     if args.input:
         return runner.load_dataset(args.input, graph)
-    if args.pure_data_type == "zero":
+    kind = args.pure_data_type or ("random" if args.compare else "zero")
+    if kind == "zero":
         return runner.Dataset([runner.zero_inputs(graph)], ["pure_infer_data"], "zero")
     return runner.Dataset([runner.random_inputs(graph, args.seed)], ["pure_infer_data"], f"random (seed {args.seed})")
 

@@ -66,6 +66,51 @@ def small_cnn(h: int = 16, w: int = 16, channels: int = 3, layout: str = "NCHW")
     return _model(nodes, [x], [y], [weight, bias])
 
 
+def tiny_bert(seq: int = 8, hidden: int = 16, vocab: int = 32) -> onnx.ModelProto:
+    """input_ids, segment_ids, input_mask [1, seq] int64 (a BERT inference guide's three inputs)
+    -> word + segment embeddings -> LayerNorm -> fc (MatMul+Add) -> Gelu -> fc -> masked -> y.
+    Node names: word_emb, seg_emb, emb_add, ln, fc1, fc1_bias, gelu, fc2, fc2_bias, mask_cast,
+    mask_unsq, mask_mul."""
+    rng = np.random.default_rng(5)
+    arr = lambda shape, name, scale=0.5: numpy_helper.from_array(  # noqa: E731
+        (rng.standard_normal(shape) * scale).astype(np.float32), name)
+    inits = [arr((vocab, hidden), "word"), arr((2, hidden), "seg"), arr((hidden,), "gamma", 0.1),
+             arr((hidden,), "beta", 0.1), arr((hidden, hidden), "w1"), arr((hidden,), "b1"),
+             arr((hidden, hidden), "w2"), arr((hidden,), "b2"),
+             numpy_helper.from_array(np.array([2], np.int64), "axis2")]
+    nodes = [
+        helper.make_node("Gather", ["word", "input_ids"], ["we"], name="word_emb"),
+        helper.make_node("Gather", ["seg", "segment_ids"], ["se"], name="seg_emb"),
+        helper.make_node("Add", ["we", "se"], ["e"], name="emb_add"),
+        helper.make_node("LayerNormalization", ["e", "gamma", "beta"], ["n"], name="ln", axis=-1),
+        helper.make_node("MatMul", ["n", "w1"], ["m1"], name="fc1"),
+        helper.make_node("Add", ["m1", "b1"], ["a1"], name="fc1_bias"),
+        helper.make_node("Gelu", ["a1"], ["g"], name="gelu"),
+        helper.make_node("MatMul", ["g", "w2"], ["m2"], name="fc2"),
+        helper.make_node("Add", ["m2", "b2"], ["h"], name="fc2_bias"),
+        helper.make_node("Cast", ["input_mask"], ["mf"], name="mask_cast", to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mf", "axis2"], ["mu"], name="mask_unsq"),
+        helper.make_node("Mul", ["h", "mu"], ["y"], name="mask_mul"),
+    ]
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT64, [1, seq])
+           for n in ("input_ids", "segment_ids", "input_mask")]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, hidden])
+    return _model(nodes, ins, [y], inits, opset=20)
+
+
+def video_cnn(frames: int = 4, size: int = 8, channels: int = 3) -> onnx.ModelProto:
+    """clip[1, C, D, H, W] (NCDHW) -> conv3d 3x3x3 (4 maps) -> relu -> global pool -> y[1, 4, 1, 1, 1]."""
+    rng = np.random.default_rng(9)
+    weight = numpy_helper.from_array((rng.standard_normal((4, channels, 3, 3, 3)) * 0.2).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["clip", "w", "b"], ["c"], name="conv3d", pads=[1] * 6),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["y"], name="pool")]
+    x = helper.make_tensor_value_info("clip", TensorProto.FLOAT, [1, channels, frames, size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1, 1])
+    return _model(nodes, [x], [y], [weight, bias])
+
+
 def save(model: onnx.ModelProto, path) -> str:
     onnx.save(model, str(path))
     return str(path)

@@ -128,6 +128,13 @@ def test_pure_data_type_random_is_seeded_and_zero_is_zero(work, capsys, two_om):
     assert rc == 1
 
 
+def test_pure_data_type_defaults_to_zero_as_ais_bench_and_to_random_for_compare(work, capsys, two_om):
+    rc, text = run_sim(capsys, "--model", two_om)
+    assert rc == 0 and "inputs: zero" in text, text
+    rc, text = run_sim(capsys, "--model", two_om, "--compare", work / "two.onnx")
+    assert rc == 0 and "inputs: random (seed 0)" in text, text
+
+
 def test_device_lists_warn_and_run_once(work, capsys, two_om):
     rc, text = run_sim(capsys, "--model", two_om, "--device", "0,1,2,3")
     assert rc == 0 and "W10110" in text and text.count("Performance Summary") == 1
