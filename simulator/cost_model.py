@@ -148,9 +148,10 @@ def load_chip(soc_version: str) -> Chip:
 def _parse_chip(path: Path) -> Chip:
     try:
         doc = json.loads(path.read_text())
-        params = doc["params"]
+        params = dict(doc["params"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise AtcError("E19999", f"chip data file {path} is unreadable: {exc}") from exc
+    params = _with_design(path, doc, params)
     missing = sorted(set(_PARAM_FIELDS) - set(params))
     extra = sorted(set(params) - set(_PARAM_FIELDS))
     if missing or extra:
@@ -168,6 +169,35 @@ def _parse_chip(path: Path) -> Chip:
         values[key] = value
         sources[key] = dict(entry)
     return Chip(soc_version=doc.get("soc_version", path.stem), sources=sources, **values)
+
+
+def _with_design(path: Path, doc: dict, params: dict, depth: int = 0) -> dict:
+    """A chip file may list only the values that make it differ from another chip
+    (``"defaults_from": "<soc>"``, and in ``"defaults_reason"`` why the rest carry over: the
+    same design, or the DaVinci core constants every chip shares); the rest are taken from
+    that chip, each source saying where it comes from."""
+    base_soc = doc.get("defaults_from")
+    if not base_soc:
+        return params
+    base_path = path.parent / f"{base_soc}.json"
+    if depth > 4 or not isinstance(base_soc, str) or not base_path.is_file():
+        raise AtcError("E19999", f"chip data file {path}: defaults_from [{base_soc}] is not a chip data file")
+    try:
+        base_doc = json.loads(base_path.read_text())
+        base = _with_design(base_path, base_doc, dict(base_doc["params"]), depth + 1)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise AtcError("E19999", f"chip data file {base_path} is unreadable: {exc}") from exc
+    merged = {}
+    for key, entry in base.items():
+        if key in params:
+            continue
+        if not isinstance(entry, dict) or "source" not in entry:
+            merged[key] = entry          # reported as malformed below
+            continue
+        merged[key] = {**entry, "source": f"as {base_soc} ({doc.get('defaults_reason', '')}): "
+                                          f"{entry['source']}"}
+    merged.update(params)
+    return merged
 
 
 # --------------------------------------------------------------------------- kernel cost

@@ -52,6 +52,45 @@ def test_each_chip_loads_with_metadata(soc):
     assert set(params) == set(cm._PARAM_FIELDS)
 
 
+CHIPS_WITH_DEFAULTS = {"Ascend910A": "Ascend910", "Ascend910B1": "Ascend910B2", "Ascend910B3": "Ascend910B2",
+                       "Ascend910B4": "Ascend910B2", "Ascend310": "Ascend310P3", "Ascend310B1": "Ascend310P3"}
+
+
+@pytest.mark.parametrize("soc,base", sorted(CHIPS_WITH_DEFAULTS.items()))
+def test_chips_listing_only_what_differs_take_the_rest_from_their_base(soc, base):
+    doc = json.loads((cm.CHIP_DIR / f"{soc}.json").read_text())
+    assert doc["defaults_from"] == base and doc["defaults_reason"]
+    chip, parent = load_chip(soc), load_chip(base)
+    assert chip.soc_version == soc
+    for key in cm._PARAM_FIELDS:
+        entry = doc["params"].get(key)
+        if entry is not None:           # its own value, with its own source
+            assert set(entry) == {"value", "unit", "source", "confidence"} and entry["source"], key
+            assert getattr(chip, key) == float(entry["value"]) and chip.confidence(key) == entry["confidence"]
+        else:                           # the base's value, the source saying so
+            assert getattr(chip, key) == getattr(parent, key), key
+            assert chip.sources[key]["source"].startswith(f"as {base} ("), key
+
+
+def test_the_new_chips_differ_where_the_sources_say():
+    b2, b4 = load_chip("Ascend910B2"), load_chip("Ascend910B4")
+    assert (b4.ai_core_cnt, b4.vector_core_cnt, b4.cube_freq) == (20, 40, 1500) and b4.memory_size == 32 << 30
+    assert b4.cube_peak_flops(np.float16) == pytest.approx(245.76e12)      # 20 x 4096 x 2 x 1.5 GHz
+    assert b4.ub_size == b2.ub_size == 192 << 10                           # one AIC-C-220 buffer spec
+    assert load_chip("Ascend910B3").ai_core_cnt == 20 and load_chip("Ascend910B1").ai_core_cnt == 24
+    assert load_chip("Ascend310").cube_peak_flops(np.float16) == pytest.approx(8e12, rel=0.01)  # the launch figure
+    assert load_chip("Ascend310B1").cube_peak_flops(np.float16) == pytest.approx(4e12, rel=0.01)
+    assert load_chip("Ascend910A").cube_peak_flops(np.float16) == load_chip("Ascend910").cube_peak_flops(np.float16)
+
+
+def test_defaults_from_an_unknown_chip_is_an_internal_error(tmp_path):
+    path = tmp_path / "Bad.json"
+    path.write_text(json.dumps({"soc_version": "Bad", "defaults_from": "Nope", "params": {}}))
+    with pytest.raises(AtcError) as err:
+        cm._parse_chip(path)
+    assert err.value.code == "E19999" and "Nope" in err.value.message
+
+
 def test_unknown_soc_lists_valid_ones():
     with pytest.raises(AtcError) as err:
         load_chip("Ascend999")
