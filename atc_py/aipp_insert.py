@@ -88,7 +88,7 @@ def insert_aipp_ops(graph: Graph, configs: list, input_format: str) -> dict:
         edges = config.written.get("input_edge_idx")
         if edges and sorted(set(edges)) != list(range(len(value.uses))):
             raise _error(config, "input_edge_idx", f"input_edge_idx {edges} applies AIPP to some of the "
-                         f"{len(value.uses)} consumer(s) of [{name}] only; GE refuses that too.",
+                         f"{len(value.uses)} consumer(s) of [{name}] only; atc_py applies AIPP to every consumer.",
                          "Leave input_edge_idx out (AIPP on every consumer).")
         value.name = graph.unique_name(f"{name}_0_huawei_aipp:0")
         raw = Value(name, TensorDesc(np.dtype(np.uint8), shape, "NHWC"))

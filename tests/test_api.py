@@ -106,3 +106,21 @@ def test_infer_session_refuses_wrong_feeds(tmp_path, mlp):
         session.infer([np.zeros((3, 16), np.float32)])
     with pytest.raises(AtcError):
         session.summary()                                  # nothing ran yet
+
+
+def test_the_readme_python_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    """The README's Python block, executed verbatim on the bundled example model."""
+    import re
+    from pathlib import Path
+
+    from atc_py import zoo
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    import onnx
+    onnx.save(zoo.build("seed_testmodel", small=True), str(tmp_path / "models" / "seed_testmodel.onnx"))
+    exec(compile(block, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "kernels," in out and "ms simulated" in out
+    assert (tmp_path / "out" / "seed.om").is_file()

@@ -206,9 +206,13 @@ ATC_LINES = [
      "--input_shape='image:1,3,16,16' --log=info --soc_version=Ascend910", "resnet50_910.om", ()),
     ("atc --model=resnet50.onnx --framework=5 --output=resnet50_b2 --soc_version=Ascend910B2",
      "resnet50_b2.om", ()),
+    ("atc --model=resnet50.onnx --framework=5 --output=resnet50_910a --soc_version=Ascend910A --log=error",
+     "resnet50_910a.om", ()),
+    ("atc --framework=5 --model=./resnet50.onnx --output=resnet50_310 --input_format=NCHW "
+     "--input_shape=\"image:1,3,16,16\" --log=error --soc_version=Ascend310", "resnet50_310.om", ()),
     # static AIPP with every input format, with and without small-channel
     ("atc --model=./resnet50.onnx --framework=5 --output=./resnet50_aipp --input_format=NCHW "
-     "--input_shape=\"image:1,3,16,16\" --log=error --soc_version=Ascend310P3 "
+     "--input_shape=\"image:1,3,16,16\" --log=error --soc_version=Ascend310 "
      "--insert_op_conf=./aipp_resnet50.config --enable_small_channel=1", "resnet50_aipp.om", ()),
     ("atc --model=resnet50.onnx --framework=5 --output=resnet50_aipp_910 --soc_version=Ascend910 "
      "--insert_op_conf=aipp_resnet50.config", "resnet50_aipp_910.om", ()),
@@ -216,7 +220,7 @@ ATC_LINES = [
      "--soc_version=Ascend310P3 --insert_op_conf=aipp_bgr_crop.cfg --enable_small_channel=1 --log=warning",
      "resnet50_bgr.om", ()),
     ("atc --model=yolov5s.onnx --framework=5 --output=yolov5s_bs1 --input_format=NCHW "
-     "--input_shape=\"image:1,3,16,16\" --log=error --soc_version=Ascend310P3 "
+     "--input_shape=\"image:1,3,16,16\" --log=error --soc_version=Ascend310 "
      "--insert_op_conf=aipp_yolov5_letterbox.cfg --enable_small_channel=1 --output_type=FP16",
      "yolov5s_bs1.om", ()),
     ("atc --model=yolov5s.onnx --framework=5 --output=yolov5s_nv12 --input_format=NCHW "
@@ -225,7 +229,7 @@ ATC_LINES = [
     ("atc --model=yolov5s.onnx --framework=5 --output=yolov5s_nv21 --soc_version=Ascend910B2 "
      "--insert_op_conf=aipp_nv21_bgr.cfg --output_type=FP32", "yolov5s_nv21.om", ()),
     ("atc --model=crnn_gray.onnx --framework=5 --output=crnn_aipp --input_shape=\"image:1,1,16,16\" "
-     "--input_format=NCHW --soc_version=Ascend310P3 --insert_op_conf=aipp_crnn_gray.cfg", "crnn_aipp.om", ()),
+     "--input_format=NCHW --soc_version=Ascend310B1 --insert_op_conf=aipp_crnn_gray.cfg", "crnn_aipp.om", ()),
     ("atc --model=resnet50.onnx --framework=5 --output=resnet50_rgbx --soc_version=Ascend310P3 "
      "--insert_op_conf=aipp_rgbx.cfg --enable_small_channel=0", "resnet50_rgbx.om", ()),
     ("atc --model=resnet50.onnx --framework=5 --output=resnet50_xrgb_yuv --soc_version=Ascend910 "
@@ -242,16 +246,16 @@ ATC_LINES = [
      "--input_shape=\"a:2,8;b:2,8\" --output_type=\"relu:0:FP16;mul:0:FP32\"", "siamese_out.om", ()),
     ("atc --model=siamese.onnx --framework=5 --output=siamese_fp16in --soc_version=Ascend910 "
      "--input_fp16_nodes=\"a;b\" --output_type=FP16", "siamese_fp16in.om", ()),
-    ("atc --model=siamese.onnx --framework=5 --output=siamese_a16 --soc_version=Ascend910B2 "
+    ("atc --model=siamese.onnx --framework=5 --output=siamese_a16 --soc_version=Ascend910B4 "
      "--input_fp16_nodes=a --output_type=relu:0:FP16", "siamese_a16.om", ()),
-    ("atc --model=resnet50.onnx --framework=5 --output=resnet50_u8out --soc_version=Ascend310P3 "
+    ("atc --model=resnet50.onnx --framework=5 --output=resnet50_u8out --soc_version=Ascend310 "
      "--output_type=UINT8", "resnet50_u8out.om", ()),
     # implementation modes (the BERT and ViT guides)
     ("atc --framework=5 --model=bert_base.onnx --output=bert_base_bs1 --input_format=ND "
      "--input_shape=\"input_ids:1,8;segment_ids:1,8;input_mask:1,8\" --log=error --soc_version=Ascend310P3 "
      "--op_select_implmode=high_performance --optypelist_for_implmode=\"Gelu\"", "bert_base_bs1.om", ()),
     ("atc --framework=5 --model=bert_base.onnx --output=bert_base_hp --input_format=ND "
-     "--input_shape=\"input_ids:1,8;segment_ids:1,8;input_mask:1,8\" --soc_version=Ascend910B2 "
+     "--input_shape=\"input_ids:1,8;segment_ids:1,8;input_mask:1,8\" --soc_version=Ascend910B3 "
      "--op_select_implmode=high_performance", "bert_base_hp.om", ()),
     ("atc --framework=5 --model=vit_mlp.onnx --output=vit_hp --soc_version=Ascend310P3 "
      "--op_select_implmode=high_performance --optypelist_for_implmode=Gelu,Sigmoid --log=info",
@@ -290,7 +294,7 @@ ATC_LINES = [
      "--auto_tune_mode=\"RL,GA\"", "resnet50_tune.om", ("W10100",)),
     ("atc --model=resnet50.onnx --framework=5 --output=resnet50_buf --soc_version=Ascend310P3 "
      "--buffer_optimize=off_optimize --disable_reuse_memory=1", "resnet50_buf.om", ("W10100",)),
-    ("atc --model=vit_mlp.onnx --framework=5 --output=vit_cache --soc_version=Ascend910B2 "
+    ("atc --model=vit_mlp.onnx --framework=5 --output=vit_cache --soc_version=Ascend910B4 "
      "--op_compiler_cache_mode=disable --enable_single_stream=true --log=error", "vit_cache.om", ()),
     ("atc --model=yolov5s.onnx --framework=5 --output=yolov5s_dbg --soc_version=Ascend310P3 "
      "--insert_op_conf=aipp_resnet50.config --op_debug_level=0 --enable_small_channel=1 "
@@ -298,12 +302,12 @@ ATC_LINES = [
     # other input formats
     ("atc --model=c3d.onnx --framework=5 --output=c3d_bs1 --input_format=NCDHW "
      "--input_shape=\"clip:1,3,4,8,8\" --soc_version=Ascend910 --log=error", "c3d_bs1.om", ()),
-    ("atc --model=c3d.onnx --framework=5 --output=c3d_fp16 --input_format=NCDHW --soc_version=Ascend910B2 "
+    ("atc --model=c3d.onnx --framework=5 --output=c3d_fp16 --input_format=NCDHW --soc_version=Ascend910B1 "
      "--output_type=FP16 --input_fp16_nodes=clip", "c3d_fp16.om", ()),
     ("atc --model=mobilenet_nhwc.onnx --framework=5 --output=mobilenet_bs1 --input_format=NHWC "
      "--input_shape=\"image:1,16,16,3\" --soc_version=Ascend310P3", "mobilenet_bs1.om", ()),
     # single-dash gflags, as some scripts write them
-    ("atc -model=resnet50.onnx -framework=5 -output=resnet50_gflags -soc_version=Ascend310P3 "
+    ("atc -model=resnet50.onnx -framework=5 -output=resnet50_gflags -soc_version=Ascend310 "
      "-input_shape=image:1,3,16,16 -log=error", "resnet50_gflags.om", ()),
     ("atc -model vit_mlp.onnx -framework 5 -output vit_gflags -soc_version Ascend910 "
      "-op_select_implmode high_performance -optypelist_for_implmode Gelu", "vit_gflags.om", ()),
@@ -340,6 +344,8 @@ AIS_BENCH_LINES = [
     ("python3 -m ais_bench --model c3d_bs1.om --output result --output_dirname c3d --profiler 1",
      ["result/profiler/op_statistic_0.csv", "result/profiler/op_summary_0.csv"]),
     ("python3 -m ais_bench --model=crnn_aipp.om --batchsize=1 --loop=3 --device=0", []),
+    ("python3 -m ais_bench --model resnet50_aipp.om --input prep_aipp --output result --output_dirname on_310p3 "
+     "--soc_version Ascend310P3", ["result/on_310p3/img_0_0.npy"]),
 ]
 
 
@@ -379,6 +385,9 @@ def test_the_corpus_is_big_and_covers_the_table():
     formats = {line.split(":", 1)[1].strip() for t in AIPP.values() for line in t.splitlines()
                if line.strip().startswith("input_format")}
     assert formats == {"RGB888_U8", "YUV420SP_U8", "YUV400_U8", "XRGB8888_U8"}
+    chips = {a.split("=", 1)[1] for line in lines for a in shlex.split(line) if "soc_version=" in a}
+    assert chips >= {"Ascend310", "Ascend310B1", "Ascend310P3", "Ascend910", "Ascend910A", "Ascend910B1",
+                     "Ascend910B2", "Ascend910B3", "Ascend910B4"}, chips
 
 
 @pytest.mark.parametrize("line,om,words", ATC_LINES, ids=[om for _, om, _ in ATC_LINES])
