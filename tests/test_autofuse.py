@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from atc_py import zoo
 from codegen.fused.autofused import decode_subgraph

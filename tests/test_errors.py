@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 from codegen import registry as kernels
 from ge.errors import AtcError, InternalError
-from ge.ir import Graph, TensorDesc
+from ge.ir import Graph
 from ge.ops import registry as ops
 from ge.passes.infer_and_fold import infer_and_fold
 from helpers import lower, run_ir

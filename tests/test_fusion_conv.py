@@ -4,7 +4,6 @@ NF code and reason, and the GE_FUSION_DISABLE_LIST switch."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

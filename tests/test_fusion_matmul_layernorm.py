@@ -8,7 +8,6 @@ import math
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from atc_py import zoo
 from codegen.fused.gemm import activation_name

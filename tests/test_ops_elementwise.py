@@ -9,7 +9,6 @@ import math
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
 
 from ge.ops.elementwise import erf
 from codegen.registry import kernel_of

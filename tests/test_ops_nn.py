@@ -1,8 +1,6 @@
 """Conv, pooling, MatMul and Gemm kernels against onnxruntime on one-node models."""
 import numpy as np
-import onnx
 import pytest
-from onnx import helper
 
 from codegen.registry import kernel_of
 from ge.ops.registry import TensorType, get_op

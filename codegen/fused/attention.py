@@ -20,7 +20,7 @@ from codegen.registry import register
 from codegen.work import Work
 from ge.ops.common import approx_reciprocal, fast_impl, own_dtype_inside
 from ge.ops.registry import OpDef, OpKind, TensorType
-from ge.errors import AtcError, InvalidNode
+from ge.errors import InvalidNode
 
 OP_TYPE = "MultiHeadAttentionFusionOp"
 MASK_KINDS = ("none", "add", "where_causal")

@@ -9,7 +9,7 @@ import numpy as np
 
 from codegen.registry import register
 from codegen.work import Work, by_impl, per_element
-from ge.ops.normalization import norm_axis
+from ge.ops.common import axis_attr
 
 
 def _batch_norm_work(inputs, outputs, attrs):
@@ -26,7 +26,7 @@ def _norm_work(outputs, groups: int, affine_ops: int) -> Work:
 
 def _layer_norm_work(inputs, outputs, attrs):
     shape = inputs[0].shape
-    axis = norm_axis("LayerNormalization", attrs, len(shape), -1)
+    axis = axis_attr("LayerNormalization", attrs, len(shape), -1)
     rows = int(np.prod(shape[:axis], dtype=np.int64))
     has_bias = len(inputs) > 2 and inputs[2] is not None
     return _norm_work(outputs, rows, 1 + has_bias)

@@ -5,7 +5,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ge.errors import InvalidNode
+from ge.errors import InvalidNode, invalid_attr
 from ge.ops.registry import TensorType
 
 # The float dtypes a precision mode may move a tensor between (the compute dtype of a kernel
@@ -26,6 +26,15 @@ def normalize_axis(axis: int, rank: int) -> int:
     if not -rank <= axis < max(rank, 1):
         raise ValueError(f"axis {axis} out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
+
+
+def axis_attr(op_type: str, attrs: dict, rank: int, default: int) -> int:
+    """The node's `axis` attribute, normalized; an out-of-range axis is the model's mistake."""
+    axis = int(attrs.get("axis", default))
+    try:
+        return normalize_axis(axis, rank)
+    except ValueError as err:
+        raise invalid_attr(op_type, "axis", axis, str(err), f"Use an axis in [-{rank}, {rank - 1}].") from err
 
 
 def normalize_axes(axes: Optional[Sequence[int]], rank: int) -> list:

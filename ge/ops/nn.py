@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ge.ops.registry import OpDef, OpKind, TensorType, register
-from ge.errors import AtcError, InvalidNode, invalid_attr
+from ge.errors import InvalidNode, invalid_attr
 
 # -- shared geometry of sliding-window ops ------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ge.ops.common import approx_reciprocal, fast_impl, normalize_axis, own_dtype_inside, same_as_input
+from ge.ops.common import approx_reciprocal, axis_attr, fast_impl, own_dtype_inside, same_as_input
 from ge.ops.registry import OpDef, OpKind, register
 from ge.errors import invalid_attr
 
@@ -19,20 +19,12 @@ def _f32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if x.dtype == np.float16 else x
 
 
-def norm_axis(op_type: str, attrs: dict, rank: int, default: int) -> int:
-    axis = int(attrs.get("axis", default))
-    try:
-        return normalize_axis(axis, rank)
-    except ValueError as err:
-        raise invalid_attr(op_type, "axis", axis, str(err), f"Use an axis in [-{rank}, {rank - 1}].") from err
-
-
 # ---------------------------------------------------------------------------------------
 # Softmax / LogSoftmax (opset 13: one axis, default -1)
 
 def _softmax(inputs, attrs):
     x = inputs[0]
-    axis = norm_axis("Softmax", attrs, x.ndim, -1)
+    axis = axis_attr("Softmax", attrs, x.ndim, -1)
     if own_dtype_inside(attrs):
         # high_performance / keep_fp16: exp in the data's dtype, the sum accumulated in float32
         # (the vector unit's reduce), then -- high_performance -- one reciprocal estimate per row
@@ -49,7 +41,7 @@ def _softmax(inputs, attrs):
 
 def _log_softmax(inputs, attrs):
     x = inputs[0]
-    axis = norm_axis("LogSoftmax", attrs, x.ndim, -1)
+    axis = axis_attr("LogSoftmax", attrs, x.ndim, -1)
     a = _f32(x)
     shifted = a - np.max(a, axis=axis, keepdims=True)
     y = shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
@@ -61,7 +53,7 @@ def _same_with_axis(op_type: str):
     bad axis fails at compile time rather than in the simulator."""
 
     def infer(inputs, attrs):
-        norm_axis(op_type, attrs, len(inputs[0].shape), -1)
+        axis_attr(op_type, attrs, len(inputs[0].shape), -1)
         return same_as_input(inputs, attrs)
 
     return infer
@@ -112,7 +104,7 @@ def _layer_norm(inputs, attrs):
     """Only output Y: the optional Mean and InvStdDev outputs (training) are not produced."""
     x, scale = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
-    axis = norm_axis("LayerNormalization", attrs, x.ndim, -1)
+    axis = axis_attr("LayerNormalization", attrs, x.ndim, -1)
     y = _standardize(_f32(x), tuple(range(axis, x.ndim)), float(attrs.get("epsilon", 1e-5)))
     y = y * _f32(scale)
     if bias is not None:

@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from ge.ops.common import normalize_axes, normalize_axis
+from ge.ops.common import axis_attr, normalize_axes
 from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import invalid_attr
 
@@ -143,11 +143,7 @@ for _name, _kernel in REDUCERS.items():
 
 def _make_arg(op_type: str, np_arg) -> OpDef:
     def axis_of(attrs, rank):
-        axis = int(attrs.get("axis", 0))
-        try:
-            return normalize_axis(axis, rank)
-        except ValueError as err:
-            raise invalid_attr(op_type, "axis", axis, str(err), f"Use an axis in [-{rank}, {rank - 1}].") from err
+        return axis_attr(op_type, attrs, rank, 0)
 
     def compute(inputs, attrs):
         x = inputs[0]
