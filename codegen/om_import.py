@@ -108,7 +108,7 @@ def _compute_dtype(node: Node, recorded) -> np.dtype:
         raise _bad(f"Op [{node.name}] has an invalid _compute_dtype {recorded!r}.")
     try:
         dtype = np.dtype(recorded or (node.outputs[0].desc.dtype if node.outputs else np.float32))
-    except TypeError:
+    except (TypeError, ValueError):   # not a dtype name numpy knows
         raise _bad(f"Op [{node.name}] has an invalid _compute_dtype {recorded!r}.")
     tensors = [v for v in list(node.inputs) + node.outputs if v is not None]
     if any(np.dtype(v.desc.dtype) in FLOAT_TYPES for v in tensors) and dtype not in FLOAT_TYPES:

@@ -46,7 +46,10 @@ def tensor_bytes(shape, dtype) -> int:
 
 
 def too_large(shape, dtype) -> bool:
-    return tensor_bytes(shape, dtype) > MAX_TENSOR_BYTES
+    """More bytes than an int64 can count -- also for an empty tensor whose other dims do:
+    numpy refuses to build (0, 2**40, 2**40) too."""
+    itemsize = np.dtype(dtype).itemsize
+    return math.prod(int(d) for d in shape if int(d)) * itemsize > MAX_TENSOR_BYTES
 
 
 def _proc_status_kb(field: str) -> int:

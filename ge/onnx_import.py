@@ -454,7 +454,11 @@ def _check_schema(node: onnx.NodeProto, opset: int, index: int) -> None:
                            f"{low} to {high}.", "Check the model with onnx.checker.")
     for attr in node.attribute:
         spec = schema.attributes.get(attr.name)
-        if spec is not None and attr.type != spec.type.value:
+        if spec is None:   # onnxruntime refuses an attribute the op does not define
+            raise AtcError("E16004", f"Op [{node.op_type}] has attribute [{attr.name}] which is invalid. Reason: "
+                           f"node [{name}]: {node.op_type} (opset {opset}) has no such attribute; it has "
+                           f"{sorted(schema.attributes) or 'none'}.", f"Remove [{attr.name}] from the node.")
+        if attr.type != spec.type.value:
             raise AtcError("E16004", f"Op [{node.op_type}] has attribute [{attr.name}] of type "
                            f"{onnx.AttributeProto.AttributeType.Name(attr.type)} which is invalid. Reason: node "
                            f"[{name}] needs {onnx.AttributeProto.AttributeType.Name(spec.type.value)}.",

@@ -14,7 +14,7 @@ import numpy as np
 
 from ge.ops.common import approx_reciprocal, broadcast_result, fast_impl, own_dtype_inside, present, same_as_input
 from ge.ops.registry import OpDef, OpKind, TensorType, register
-from ge.errors import invalid_attr
+from ge.errors import InvalidNode, invalid_attr
 
 # ONNX TensorProto element types numpy can represent (Cast's "to" attribute).
 ONNX_TO_NUMPY = {
@@ -112,11 +112,22 @@ def _unary(op_type: str, fn: Callable, fp32_inside: bool = True, out_dtype=None,
     register(OpDef(op_type=op_type, kind=kind, compute=compute, infer=infer))
 
 
-def _binary(op_type: str, fn: Callable, out_dtype=None) -> None:
-    """Register a broadcasting two-input op; `fn(a, b, attrs)` gets the raw arrays."""
+def _no_integer_zero(op_type: str, divisor) -> None:
+    """Integer division by zero has no value (numpy makes it 0, C traps): the model's mistake."""
+    b = np.asarray(divisor)
+    if not _is_float(b.dtype) and b.dtype != np.bool_ and b.size and not np.all(b):
+        raise InvalidNode(f"{op_type}: integer division by zero (the divisor holds 0)",
+                          "Make the divisor non-zero, or divide in floating point.")
+
+
+def _binary(op_type: str, fn: Callable, out_dtype=None, divides: bool = False) -> None:
+    """Register a broadcasting two-input op; `fn(a, b, attrs)` gets the raw arrays.  A
+    dividing op refuses an integer divisor holding 0, constant (at compile time) or not."""
 
     def compute(inputs, attrs):
         a, b = inputs[0], inputs[1]
+        if divides:
+            _no_integer_zero(op_type, b)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             y = np.asarray(fn(a, b, attrs))
         dtype = out_dtype if out_dtype is not None else a.dtype
@@ -125,7 +136,12 @@ def _binary(op_type: str, fn: Callable, out_dtype=None) -> None:
     def infer(inputs, attrs):
         return broadcast_result(inputs, attrs, dtype=out_dtype)
 
-    register(OpDef(op_type=op_type, kind=OpKind.BROADCAST, compute=compute, infer=infer))
+    def check_values(values, types, attrs):
+        if values[1] is not None:
+            _no_integer_zero(op_type, values[1])
+
+    register(OpDef(op_type=op_type, kind=OpKind.BROADCAST, compute=compute, infer=infer,
+                   check_values=check_values if divides else None))
 
 
 def _variadic(op_type: str, fn: Callable) -> None:
@@ -289,9 +305,9 @@ def _mod(a, b, attrs):
 _binary("Add", lambda a, b, _: np.add(a, b))
 _binary("Sub", lambda a, b, _: np.subtract(a, b))
 _binary("Mul", lambda a, b, _: np.multiply(a, b))
-_binary("Div", _div)
+_binary("Div", _div, divides=True)
 _binary("Pow", _pow)
-_binary("Mod", _mod)
+_binary("Mod", _mod, divides=True)
 
 _variadic("Max", np.maximum)
 _variadic("Min", np.minimum)

@@ -52,8 +52,20 @@ def gather_nd_infer(inputs, attrs):
                                                               int(attrs.get("batch_dims", 0))))]
 
 
+def gather_nd_check_values(values, types, attrs):
+    """Constant indices against the data's dims (the data may be a run-time tensor)."""
+    if values[1] is None or types[0] is None:
+        return
+    b = int(attrs.get("batch_dims", 0))
+    indices = np.asarray(values[1]).astype(np.int64, copy=False)
+    _gather_nd_shape(types[0].shape, indices.shape, b)
+    dims = np.asarray(types[0].shape[b:b + indices.shape[-1]], dtype=np.int64)
+    if indices.size and (np.any(indices < -dims) or np.any(indices >= dims)):
+        raise _err(f"indices out of range for data of shape {tuple(types[0].shape)}")
+
+
 register(OpDef(op_type="GatherND", kind=OpKind.INJECTIVE, compute=gather_nd_compute,
-               infer=gather_nd_infer))
+               infer=gather_nd_infer, check_values=gather_nd_check_values))
 
 
 def cast_like_compute(inputs, attrs):

@@ -266,6 +266,10 @@ def conv_infer(inputs, attrs):
     x, w = inputs[0], inputs[1]
     group = int(attrs.get("group", 1))
     _conv_check(x.shape, w.shape, group)
+    kernel = attrs.get("kernel_shape")
+    if kernel is not None and [int(k) for k in kernel] != list(w.shape[2:]):
+        raise InvalidNode(f"Conv kernel_shape {list(kernel)} does not match the weight's spatial dims "
+                          f"{list(w.shape[2:])}", "Drop kernel_shape or make it match the weight.")
     out = _window_geometry(x.shape[2:], list(w.shape[2:]), attrs).out
     return [TensorType(cube_result_dtype(x.dtype), (x.shape[0], w.shape[0]) + tuple(out))]
 

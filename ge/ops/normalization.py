@@ -12,7 +12,7 @@ import numpy as np
 
 from ge.ops.common import approx_reciprocal, axis_attr, fast_impl, own_dtype_inside, same_as_input
 from ge.ops.registry import OpDef, OpKind, register
-from ge.errors import invalid_attr
+from ge.errors import InvalidNode, invalid_attr
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
@@ -123,8 +123,20 @@ def _instance_norm(inputs, attrs):
     return [y.astype(x.dtype, copy=False)]
 
 
+def _instance_norm_infer(inputs, attrs):
+    x, scale, bias = inputs[:3]
+    if len(x.shape) < 3:
+        raise InvalidNode(f"InstanceNormalization needs an N x C x D1... input of rank 3 or more, got {x.shape}",
+                          "Give the node an N x C x spatial input.")
+    for name, p in (("scale", scale), ("B", bias)):
+        if p is None or tuple(p.shape) != (x.shape[1],):
+            raise InvalidNode(f"InstanceNormalization {name} of shape {None if p is None else p.shape} must be "
+                              f"({x.shape[1]},), one value per channel", "Fix the scale and bias inputs.")
+    return same_as_input(inputs, attrs)
+
+
 register(OpDef(op_type="InstanceNormalization", kind=OpKind.OPAQUE, compute=_instance_norm,
-               infer=lambda i, a: same_as_input(i, a)))
+               infer=_instance_norm_infer))
 
 
 def _group_norm(inputs, attrs):

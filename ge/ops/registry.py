@@ -23,6 +23,11 @@ Contracts:
   depends on input *values* (ConstantOfShape, Range, NonZero): the output types from
   constant inputs, computed without building the output, so folding can decide from the
   size before it allocates (a 119-byte ConstantOfShape may ask for gigabytes).
+- ``check_values(values, types, attrs)``: what only constant inputs reveal (a Gather index
+  out of range, an integer divisor that is 0); ``values[i]`` is input i's constant or None,
+  ``types[i]`` its TensorType.  Raises
+  InvalidNode, so atc refuses the model as onnxruntime does instead of leaving it for the
+  simulator to find.
 """
 from __future__ import annotations
 
@@ -69,6 +74,8 @@ class OpDef:
     infer: Infer
     config_inputs: tuple = ()         # ((input index, attr name), ...) moved to attrs when constant
     infer_values: Optional[Callable[[Sequence[Optional[np.ndarray]], dict], list]] = None
+    check_values: Optional[Callable[[Sequence[Optional[np.ndarray]], Sequence[Optional[TensorType]], dict],
+                                    None]] = None
     kind_of: Optional[Callable[[dict], OpKind]] = None   # kind of one node, for kernels whose kind
                                                          # depends on what they hold (autofused groups)
     domain: str = ""                  # ONNX domain the op comes from ("" = ai.onnx; "com.microsoft")

@@ -253,13 +253,29 @@ def _fix_indices(indices, dim):
     return np.where(indices < 0, indices + dim, indices)
 
 
+def _check_indices(op, indices, dim, axis):
+    """Indices in [-dim, dim): what onnxruntime checks before it gathers."""
+    idx = np.asarray(indices)
+    if idx.size and (int(idx.min()) < -dim or int(idx.max()) >= dim):
+        raise _err(op, f"indices [{int(idx.min())}, {int(idx.max())}] out of range for axis {axis} of size {dim}",
+                   f"Indices along axis {axis} must lie in [{-dim}, {dim - 1}].")
+
+
+def _indices_checker(op):
+    """check_values of Gather/GatherElements: constant indices against the data's axis (the
+    data itself may be a run-time tensor; its shape is known)."""
+    def check(values, types, attrs):
+        if values[1] is not None and types[0] is not None:
+            axis = normalize_axis(int(attrs.get("axis", 0)), len(types[0].shape))
+            _check_indices(op, values[1], types[0].shape[axis], axis)
+    return check
+
+
 def gather_compute(inputs, attrs):
     data, indices = inputs[0], inputs[1]
     axis = normalize_axis(int(attrs.get("axis", 0)), data.ndim)
-    idx = _fix_indices(indices, data.shape[axis])
-    if idx.size and (idx.min() < 0 or idx.max() >= data.shape[axis]):
-        raise _err("Gather", f"indices out of range for axis {axis} of size {data.shape[axis]}")
-    return [np.take(data, idx, axis=axis)]
+    _check_indices("Gather", indices, data.shape[axis], axis)
+    return [np.take(data, _fix_indices(indices, data.shape[axis]), axis=axis)]
 
 
 def gather_infer(inputs, attrs):
@@ -268,17 +284,27 @@ def gather_infer(inputs, attrs):
     return _tt(data.dtype, data.shape[:axis] + tuple(indices.shape) + data.shape[axis + 1:])
 
 
-_reg("Gather", OpKind.INJECTIVE, gather_compute, gather_infer)
+_reg("Gather", OpKind.INJECTIVE, gather_compute, gather_infer, check_values=_indices_checker("Gather"))
 
 
 def gather_elements_compute(inputs, attrs):
     data, indices = inputs[0], inputs[1]
     axis = normalize_axis(int(attrs.get("axis", 0)), data.ndim)
+    _check_indices("GatherElements", indices, data.shape[axis], axis)
     return [np.take_along_axis(data, _fix_indices(indices, data.shape[axis]), axis=axis)]
 
 
-_reg("GatherElements", OpKind.INJECTIVE, gather_elements_compute,
-     lambda inputs, attrs: _tt(inputs[0].dtype, inputs[1].shape))
+def gather_elements_infer(inputs, attrs):
+    data, indices = inputs[0], inputs[1]
+    if len(data.shape) != len(indices.shape) or not data.shape:
+        raise _err("GatherElements", f"indices of shape {indices.shape} must have the rank of data {data.shape} "
+                   "(at least 1)")
+    normalize_axis(int(attrs.get("axis", 0)), len(data.shape))
+    return _tt(data.dtype, indices.shape)
+
+
+_reg("GatherElements", OpKind.INJECTIVE, gather_elements_compute, gather_elements_infer,
+     check_values=_indices_checker("GatherElements"))
 
 
 # -- expand, tile, pad ----------------------------------------------------------------------------
@@ -342,8 +368,16 @@ def pad_compute(inputs, attrs):
     raise _err("Pad", f"mode [{mode}] is not supported", "Use constant, reflect, edge or wrap.")
 
 
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
 def _pad_shape(shape, attrs):
+    mode = attr_str(attrs, "mode", "constant")
+    if mode not in PAD_MODES:
+        raise _err("Pad", f"mode [{mode}] is not supported", "Use constant, reflect, edge or wrap.")
     begin, end = _pads(shape, attrs)
+    if mode != "constant" and any(d == 0 and (b > 0 or e > 0) for d, b, e in zip(shape, begin, end)):
+        raise _err("Pad", f"mode [{mode}] cannot pad an empty axis of {shape}", "Use mode=constant.")
     return tuple(d + b + e for d, b, e in zip(shape, begin, end))
 
 
@@ -642,6 +676,24 @@ _reg("Einsum", OpKind.OUT_EWISE_FUSABLE, einsum_compute, einsum_infer)
 # -- Resize -------------------------------------------------------------------------------------
 
 
+RESIZE_MODES = {"mode": ("nearest", "linear"),
+                "coordinate_transformation_mode": ("half_pixel", "pytorch_half_pixel", "asymmetric",
+                                                   "align_corners", "half_pixel_symmetric"),
+                "nearest_mode": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"),
+                "keep_aspect_ratio_policy": ("stretch", "not_larger", "not_smaller")}
+
+
+def _check_resize_modes(attrs) -> None:
+    """The string attributes name modes this Resize implements (a typo or cubic is refused at
+    compile time, not found by the simulator)."""
+    for name, allowed in RESIZE_MODES.items():
+        if name in attrs and attr_str(attrs, name, "") not in allowed:
+            raise _err("Resize", f"{name} [{attr_str(attrs, name, '')}] is not supported",
+                       f"Use {', '.join(allowed)}.")
+    if int(attrs.get("antialias", 0)):
+        raise _err("Resize", "antialias=1 is not supported", "Export without antialiasing.")
+
+
 class ResizePlan(NamedTuple):
     shape: tuple         # the output shape
     scales: list         # per-axis scale
@@ -658,9 +710,12 @@ def resize_plan(shape, attrs) -> ResizePlan:
         if scales is not None else []
     sizes = _int_list(sizes) if sizes is not None else []
     out, scale = list(shape), [1.0] * rank
+    _check_resize_modes(attrs)
     if sizes:
         if len(sizes) != len(axes):
             raise _err("Resize", f"sizes {sizes} must give one value per axis {axes}")
+        if any(v < 1 for v in sizes):
+            raise _err("Resize", f"sizes {sizes} must be at least 1", "Fix the sizes input.")
         policy = attrs.get("keep_aspect_ratio_policy", "stretch")
         policy = policy.decode() if isinstance(policy, bytes) else policy
         if any(shape[a] == 0 for a in axes):
@@ -676,6 +731,8 @@ def resize_plan(shape, attrs) -> ResizePlan:
     elif scales:
         if len(scales) != len(axes):
             raise _err("Resize", f"scales {scales} must give one value per axis {axes}")
+        if not all(math.isfinite(v) and v > 0 for v in scales):
+            raise _err("Resize", f"scales {scales} must be finite and greater than 0", "Fix the scales input.")
         for i, a in enumerate(axes):
             out[a], scale[a] = int(math.floor(shape[a] * scales[i])), scales[i]
     else:

@@ -105,6 +105,21 @@ def _output_types(node: Node, op: OpDef, foldable: bool) -> list:
                             f"{sorted(node.attrs)}: {type(exc).__name__}: {exc}", node.name) from exc
 
 
+def _check_values(node: Node, op: OpDef) -> None:
+    """What the node's constant inputs reveal (an index out of range, an integer divisor of 0):
+    refused now, as onnxruntime refuses it, not left for the simulator to find."""
+    if op.check_values is None or not any(v is not None and v.is_const for v in node.inputs):
+        return
+    try:
+        op.check_values([v.const if v is not None and v.is_const else None for v in node.inputs],
+                        input_types(node), node.attrs)
+    except AtcError as err:
+        raise at_node(err, node.name, node.op_type) from err
+    except Exception as exc:
+        raise InternalError(f"the value check of {node.op_type} failed on inputs {_describe(node)}: "
+                            f"{type(exc).__name__}: {exc}", node.name) from exc
+
+
 def infer_and_fold(graph: Graph) -> int:
     """Canonicalize, type and (when small) fold every node in order; returns how many nodes
     were folded."""
@@ -118,6 +133,7 @@ def infer_and_fold(graph: Graph) -> int:
         canonicalize(node, op)
         foldable = _foldable(node, op)
         types = _output_types(node, op, foldable)
+        _check_values(node, op)
         if len(types) < len(node.outputs):
             raise InvalidNode(f"Node [{node.name}] ({node.op_type}) declares {len(node.outputs)} "
                               f"outputs but produces {len(types)}.", "Check the model.")

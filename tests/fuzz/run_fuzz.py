@@ -1,0 +1,121 @@
+"""The long fuzz run: many .om mutations and hypothesis-drawn ONNX models, in worker processes
+under a 2 GB address-space limit, counting tracebacks, E19999s, hangs, partial outputs and
+leftover temp files.  Bad cases are written as replayable JSON (copy the ones you fixed into
+tests/fuzz/corpus/, where tests/test_fuzz.py replays them on every run).
+
+    python tests/fuzz/run_fuzz.py --om 20000 --onnx 2000 --seed 1 --jobs 2 --out /tmp/fuzz
+
+Prints one summary line per kind and exits 1 if any case was bad.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(os.path.dirname(HERE)), HERE]
+
+OM_SEEDS = ("mixed", "seed_testmodel", "bert_base", "efficientnet_b4")
+ADDRESS_SPACE = 2 << 30
+
+
+def _init(address_space: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _om_batch(args) -> list:
+    """(index, verdict, edits, seed name) for mutations [start, stop)."""
+    import harness
+    import om_mutator
+    import seeds
+    start, stop, base_seed, folder = args
+    results = []
+    for index in range(start, stop):
+        rng = random.Random(base_seed * 1_000_003 + index)
+        name = OM_SEEDS[index % len(OM_SEEDS)]
+        seed = seeds.om_seed(name, os.path.join(folder, "seeds", str(os.getpid())))
+        edits = om_mutator.draw(rng, seed)
+        t0 = time.monotonic()
+        verdict = harness.om_case(om_mutator.apply(seed, edits), os.path.join(folder, "work", str(os.getpid())),
+                                  simulate=name != "efficientnet_b4" or index % 4 == 0)
+        results.append((index, verdict.bad, verdict.codes, verdict.detail, {"seed": name, "edits": edits},
+                        time.monotonic() - t0))
+    return results
+
+
+def _onnx_batch(args) -> list:
+    """Hypothesis draws `count` model specs from its seed; each is compiled and run."""
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+
+    import harness
+    import onnx_gen
+    count, base_seed, folder = args
+    results = []
+
+    @seed(base_seed)
+    @settings(max_examples=count, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(onnx_gen.specs())
+    def one(spec):
+        t0 = time.monotonic()
+        verdict = harness.onnx_case(onnx_gen.spec_to_model(spec), os.path.join(folder, "work", str(os.getpid())))
+        results.append((f"{base_seed}-{len(results)}", verdict.bad, verdict.codes, verdict.detail, spec,
+                        time.monotonic() - t0))
+
+    one()
+    return results
+
+
+def _summarize(kind: str, results: list, out: str) -> dict:
+    bad = collections.Counter(r[1] for r in results if r[1])
+    codes = collections.Counter(c for r in results for c in set(r[2]))
+    crashers = os.path.join(out, "crashers", kind)
+    os.makedirs(crashers, exist_ok=True)
+    for index, verdict, _, detail, case, _ in results:
+        if verdict:
+            with open(os.path.join(crashers, f"{verdict}-{index}.json"), "w") as f:
+                json.dump({"verdict": verdict, "detail": detail, "case": case}, f, indent=1, default=str)
+    slowest = max((r[5] for r in results), default=0.0)
+    summary = {"kind": kind, "cases": len(results), "bad": dict(bad), "codes": dict(codes.most_common()),
+               "slowest_case_s": round(slowest, 2)}
+    print(json.dumps(summary))
+    return summary
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--om", type=int, default=2000, help=".om mutations")
+    p.add_argument("--onnx", type=int, default=200, help="ONNX models")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "atc_fuzz"))
+    p.add_argument("--address_space", type=int, default=ADDRESS_SPACE)
+    args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    started = time.monotonic()
+    summaries = []
+    with multiprocessing.get_context("spawn").Pool(args.jobs, _init, (args.address_space,), maxtasksperchild=4) as pool:
+        chunk = 250
+        batches = [(s, min(s + chunk, args.om), args.seed, args.out) for s in range(0, args.om, chunk)]
+        om_results = [r for batch in pool.imap_unordered(_om_batch, batches) for r in batch]
+        per = [args.onnx // args.jobs + (1 if i < args.onnx % args.jobs else 0) for i in range(args.jobs)]
+        onnx_batches = [(n, args.seed * 100 + i, args.out) for i, n in enumerate(per) if n]
+        onnx_results = [r for batch in pool.imap_unordered(_onnx_batch, onnx_batches) for r in batch]
+    summaries.append(_summarize("om", om_results, args.out))
+    summaries.append(_summarize("onnx", onnx_results, args.out))
+    print(json.dumps({"seconds": round(time.monotonic() - started), "jobs": args.jobs, "seed": args.seed,
+                      "address_space": args.address_space}))
+    return 1 if any(s["bad"] for s in summaries) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
