@@ -59,11 +59,13 @@ def test_miss_line_parsed_and_tied_to_its_node():
 
 
 def test_coverage_and_totals():
-    tasks = [{"op_name": "k1", "op_type": "ConvBNReluFusionOp", "origin_op_names": ["c1", "bn1"]},
-             {"op_name": "c2", "op_type": "Conv", "origin_op_names": ["c2"]},
+    tasks = [{"op_name": "k1", "op_type": "ConvBNReluFusionOp", "origin_op_names": ["c1", "bn1"],
+              "fusion_pass": "ConvBNReluFusionPass"},
+             {"op_name": "c2", "op_type": "Conv2D", "origin_op_names": ["c2"], "fusion_pass": None},
+             {"op_name": "k3", "op_type": "AutofusedKernel", "origin_op_names": ["c3"], "fusion_pass": "AutoFusePass"},
              {"op_name": "m", "op_type": "MultiHeadAttentionFusionOp", "origin_op_names": ["sm"]}]
     cov = analysis.coverage(tasks)
-    assert analysis.fused(cov["c1"], "Conv") and not analysis.fused(cov["c2"], "Conv")
+    assert analysis.fused(cov["c1"]) and analysis.fused(cov["c3"]) and not analysis.fused(cov["c2"])
     assert analysis.is_mha(cov["sm"]) and not analysis.is_mha(cov.get("nope"))
     row = {"file": "f", "family": "x", "export_ok": True, "compile_ok": True, "kernels": 10, "attn_layers": 2,
            "mha_layers": 1, "mha_kernels": 1, "convs": 4, "convs_fused": 3, "compare_fp32": "PASS",

@@ -195,8 +195,10 @@ def coverage(tasks: List[dict]) -> Dict[str, dict]:
     return covered
 
 
-def fused(task: Optional[dict], plain_type: str) -> bool:
-    return task is not None and task.get("op_type") != plain_type
+def fused(task: Optional[dict]) -> bool:
+    """A kernel made by a fusion pass or covering more than one ONNX node.  (Task op types
+    are the .om's GE names, Conv2D for a plain Conv, so the type alone does not tell.)"""
+    return task is not None and (bool(task.get("fusion_pass")) or len(task.get("origin_op_names") or []) > 1)
 
 
 def is_mha(task: Optional[dict]) -> bool:

@@ -130,10 +130,11 @@ def _fusion_facts(tasks, attention, convs, log_text, dfx) -> dict:
         about = analysis.misses_about(layer["softmax"], misses, (layer["qk"], layer["pv"]))
         missed.append(dict(analysis.classify(about, "MultiHeadAttentionFusionPass", layer["softmax"]),
                            kind="attention", node=layer["softmax"], form=layer["form"], all_reasons=sorted({f"{m['pass']} {m['code']}" for m in about})))
-    convs_fused = 0
+    convs_fused, conv_kernels = 0, collections.Counter()
     for conv in convs:
         task = covered.get(conv["name"])
-        if analysis.fused(task, "Conv"):
+        conv_kernels[task["op_type"] if task else "not in any task"] += 1
+        if analysis.fused(task):
             convs_fused += 1
             continue
         about = analysis.misses_about(conv["name"], misses)
@@ -141,7 +142,8 @@ def _fusion_facts(tasks, attention, convs, log_text, dfx) -> dict:
                            node=conv["name"],
                            group=conv["group"], dilated=conv["dilated"], in_task=task is not None,
                            all_reasons=sorted({f"{m['pass']} {m['code']}" for m in about})))
-    facts.update(mha_layers=mha_layers, convs_fused=convs_fused, misses=missed, attn_forms=forms)
+    facts.update(mha_layers=mha_layers, convs_fused=convs_fused, conv_kernels=dict(conv_kernels), misses=missed,
+                 attn_forms=forms)
     return facts
 
 
