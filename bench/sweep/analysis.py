@@ -119,6 +119,14 @@ class OnnxGraph:
                 frontier += [i for i in node.input if i]
         return up
 
+    def consumer_types(self, node_name: str) -> str:
+        """The op types reading a node's first output, each once (`Concat`, `Add+Conv`, `graph output`)."""
+        node = next((n for n in self.nodes if n.name == node_name), None)
+        if node is None:
+            return "?"
+        types = collections.Counter(c.op_type for c in self.consumers.get(node.output[0], []))
+        return "+".join(sorted(types)) or "graph output"
+
     def convs(self) -> List[dict]:
         out = []
         for node in self.nodes:
@@ -166,6 +174,7 @@ def normalized(constraint: str) -> str:
     """A miss's constraint without node names and numbers, to group like misses."""
     text = re.sub(r"\b(\w+) (/|node_|val_|onnx::)[^\s:;,)]*", r"\1 <node>", constraint)
     text = re.sub(r"(?<![A-Za-z])[/][\w./:-]+", "<node>", text)
+    text = re.sub(r"\b[A-Za-z][\w.]*_\d+\b", "<node>", text)    # dynamo value names: getitem_3, convNd_7
     text = re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "N", text)
     text = re.sub(r"\[[N, ]*\]", "[..]", text)
     return text[:160]

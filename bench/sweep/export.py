@@ -52,7 +52,10 @@ def export(family: str, exporter: str, attn: str, out: str) -> dict:
               "params": int(sum(p.numel() for p in model.parameters()))}
     tmp = out + ".part"
     start = time.time()
-    with warnings.catch_warnings(), torch.no_grad():
+    # No torch.no_grad(): under it nn.MultiheadAttention takes its fast path
+    # (aten::_native_multi_head_attention), which the TorchScript exporter cannot export and
+    # which a plain torch.onnx.export(model.eval(), ...) as users write it does not take.
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if exporter == "torchscript":
             torch.onnx.export(model, args, tmp, input_names=names, opset_version=17, dynamo=False)

@@ -101,8 +101,9 @@ def _tv_seg(ctor: str, **kwargs):
 
 
 def _tv_vgg(attn):
-    """VGG-11-BN: the real conv stack; the 25088x4096 classifier scaled to 256 wide (400 MB
-    of weights otherwise, and it is two plain GEMMs)."""
+    """VGG-11-BN at 224x224 (its AdaptiveAvgPool2d(7) does not export from a smaller map):
+    the real conv stack; the 25088x4096 classifier scaled to 256 wide (400 MB of weights
+    otherwise, and it is two plain GEMMs)."""
     import torch
     import torchvision
     _seed()
@@ -110,7 +111,7 @@ def _tv_vgg(attn):
     model.classifier = torch.nn.Sequential(torch.nn.Linear(512 * 7 * 7, 256), torch.nn.ReLU(True),
                                            torch.nn.Dropout(), torch.nn.Linear(256, 256), torch.nn.ReLU(True),
                                            torch.nn.Dropout(), torch.nn.Linear(256, 1000))
-    args, names = _image()
+    args, names = _image(224)
     return _perturb(model), args, names
 
 
@@ -216,7 +217,7 @@ FAMILIES = [
     # timm
     Family("timm_deit_tiny", "timm", "vit", _timm("deit_tiny_patch16_224", depth=2, img_size=IMAGE), TIMM_ATTN),
     Family("timm_beit_base", "timm", "vit", _timm("beit_base_patch16_224", depth=2, img_size=IMAGE), TIMM_ATTN),
-    Family("timm_eva02_tiny", "timm", "vit", _timm("eva02_tiny_patch14_224", depth=2, img_size=70), TIMM_ATTN),
+    Family("timm_eva02_tiny", "timm", "vit", _timm("eva02_tiny_patch14_224", size=70, depth=2, img_size=70), TIMM_ATTN),
     Family("timm_mobilevit_xxs", "timm", "vit", _timm("mobilevit_xxs"), TIMM_ATTN),
     Family("timm_levit_128s", "timm", "vit", _timm("levit_128s", img_size=IMAGE)),
     Family("timm_mixer_b16", "timm", "vit", _timm("mixer_b16_224", num_blocks=2, img_size=IMAGE)),

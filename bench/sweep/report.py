@@ -166,13 +166,54 @@ def failures(rows) -> list:
     return out or ["- none"]
 
 
+def crosscheck(rows) -> list:
+    """Files where the ONNX-structural attention count differs from the torch model's
+    innermost *Attention/*Attn module count (a module may hold several softmaxes, or be
+    named otherwise): read the denominators of those files with care."""
+    out = [f"- `{r['file']}`: {r['attn_layers']} attention softmaxes in the ONNX, {r['attn_modules']} attention modules"
+           for r in rows if r.get("export_ok") and r.get("attn_modules") is not None
+           and r.get("attn_layers") is not None and r["attn_modules"] != r["attn_layers"]]
+    return out or ["- none"]
+
+
+def backfill_consumers(cache: str, rows) -> None:
+    """Rows measured before misses recorded a conv's consumers: read them from the cached ONNX."""
+    for r in rows:
+        todo = [m for m in r.get("misses", []) if m["kind"] == "conv" and "consumers" not in m]
+        path = os.path.join(cache, "onnx", r["file"] + ".onnx")
+        if todo and os.path.exists(path):
+            import onnx
+            from bench.sweep.analysis import OnnxGraph
+            graph = OnnxGraph(onnx.load(path, load_external_data=False).graph)
+            for m in todo:
+                m["consumers"] = graph.consumer_types(m["node"])
+
+
+def no_reason_groups(rows) -> list:
+    """Missed nodes with no reason, grouped by what reads their output."""
+    count, files = collections.Counter(), collections.defaultdict(set)
+    for r in rows:
+        for m in r.get("misses", []):
+            if m["source"] == "none":
+                key = (m["kind"], m.get("consumers", "-"), m.get("group", 1) != 1, bool(m.get("dilated")))
+                count[key] += 1
+                files[key].add(r["family"])
+    out = ["| kind | output read by | grouped | dilated | misses | families |", "|---|---|---|---|---:|---|"]
+    for key, n in count.most_common():
+        kind, cons, grouped, dil = key
+        out.append(f"| {kind} | {cons} | {grouped} | {dil} | {n} | {', '.join(sorted(files[key]))} |")
+    return out
+
+
 def write(cache: str, rows: dict) -> int:
     ordered = sorted(rows.values(), key=lambda r: (_family_order(r["family"]), r["file"]))
+    backfill_consumers(cache, ordered)
     sections = [("Overall", overall(ordered)), ("Per file", file_table(ordered)), ("Per family", family_table(ordered)),
                 ("Files where a peer launches fewer kernels", peer_table(ordered)),
                 ("Misses by reason", reason_table(ordered)),
-                ("Who printed the reason of each miss", sources(ordered)), ("Attention forms", form_table(ordered)), ("Misses with no reason printed", no_reason(ordered)),
-                ("Failures (export, compile, compare, peers)", failures(ordered))]
+                ("Who printed the reason of each miss", sources(ordered)), ("Attention forms", form_table(ordered)), ("Misses with no reason printed", no_reason_groups(ordered) + [""] + no_reason(ordered)),
+                ("Failures (export, compile, compare, peers)", failures(ordered)),
+                ("Attention count cross-check", crosscheck(ordered))]
     text = "\n".join(f"#### {title}\n\n" + "\n".join(lines) + "\n" for title, lines in sections)
     with open(os.path.join(cache, "sweep.md"), "w") as f:
         f.write(text)

@@ -15,6 +15,7 @@ import collections
 import concurrent.futures
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -53,8 +54,10 @@ def python_stage(module: str, args, timeout: float) -> dict:
             return dict(json.loads(result["out"].strip().splitlines()[-1]), seconds=result["seconds"])
         except (ValueError, IndexError):
             pass
-    tail = [line for line in result["out"].strip().splitlines() if line.strip()][-3:]
-    return {"error": f"rc={result['rc']}: " + " | ".join(tail)[-400:], "seconds": result["seconds"]}
+    lines = [line.strip() for line in result["out"].strip().splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"\w*(Error|Exception)\b", line)]
+    tail = ([errors[-1]] if errors else []) + lines[-2:]
+    return {"error": f"rc={result['rc']}: " + " | ".join(tail)[-600:], "seconds": result["seconds"]}
 
 
 def export_file(family, exporter, attn, cache: str, timeout: float) -> tuple:
@@ -103,7 +106,8 @@ def measure(family, exporter, attn, args) -> dict:
         row.update(compile_error=compiled["error"], compile_error_text=compiled["error_text"])
     else:
         tasks = ours.om_tasks(base + ".om", args.timeout)
-        row.update(_fusion_facts(tasks, attention, convs, compiled["log"], ours.dfx_misses(os.path.join(work, "dfx"))))
+        row.update(_fusion_facts(graph, tasks, attention, convs, compiled["log"],
+                                 ours.dfx_misses(os.path.join(work, "dfx"))))
         row.update(_compare(path, base, work, args))
     if not args.skip_peers:
         row["peers"] = {p: python_stage("peers", [p, path], args.timeout) for p in PEER_NAMES}
@@ -111,7 +115,7 @@ def measure(family, exporter, attn, args) -> dict:
     return row
 
 
-def _fusion_facts(tasks, attention, convs, log_text, dfx) -> dict:
+def _fusion_facts(graph, tasks, attention, convs, log_text, dfx) -> dict:
     covered = analysis.coverage(tasks)
     types = collections.Counter(t["op_type"] for t in tasks)
     misses = analysis.parse_misses(log_text)
@@ -141,6 +145,7 @@ def _fusion_facts(tasks, attention, convs, log_text, dfx) -> dict:
         missed.append(dict(analysis.classify(about, "ConvBNReluFusionPass", conv["name"]), kind="conv",
                            node=conv["name"],
                            group=conv["group"], dilated=conv["dilated"], in_task=task is not None,
+                           consumers=graph.consumer_types(conv["name"]),
                            all_reasons=sorted({f"{m['pass']} {m['code']}" for m in about})))
     facts.update(mha_layers=mha_layers, convs_fused=convs_fused, conv_kernels=dict(conv_kernels), misses=missed,
                  attn_forms=forms)
