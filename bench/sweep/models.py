@@ -1,9 +1,10 @@
 """The sweep's model families: torchvision, timm and Hugging Face transformers, random weights.
 
 Each family builds a torch module from a constructor or a config (never a download) plus
-example inputs.  Sizes: images 64x64 (96 for Inception-v3), 32 tokens, batch 1; 2 layers or
-blocks where the model is deep (the block structure is what fusion sees, not the depth);
-encoders keep their real hidden size and head count; decoder LLMs are scaled down
+example inputs.  Sizes: images 64x64 (Inception-v3 96, EVA-02 70, VGG 224, Swin 112 in
+torchvision and 224 in transformers, whose window attention needs every stage divisible by 7),
+32 tokens, batch 1; 2 layers or blocks where the model is deep (the block structure is what
+fusion sees, not the depth); encoders keep their real hidden size and head count; decoder LLMs are scaled down
 consistently (hidden 512, 8 heads, 2 KV heads where the family uses grouped-query
 attention, head_dim 64, MLP 1408); vocabularies are 1000 so the files stay small.
 Imports of torch/torchvision/timm/transformers happen inside the builders: this module is
@@ -135,7 +136,8 @@ def _tv_swin(attn):
 
 # ------------------------------------------------------------------ timm
 
-def _timm(name: str, size: int = IMAGE, **kwargs):
+def _timm(name: str, size: int = IMAGE, keep_blocks: int = 0, **kwargs):
+    """keep_blocks: keep the first N of `model.blocks`, for models whose constructor fixes the depth."""
     def build(attn):
         import timm
         import timm.layers
@@ -145,6 +147,8 @@ def _timm(name: str, size: int = IMAGE, **kwargs):
             model = timm.create_model(name, pretrained=False, **kwargs)
         finally:
             timm.layers.set_fused_attn(True)
+        if keep_blocks:
+            model.blocks = model.blocks[:keep_blocks]
         args, names = _image(size)
         return _perturb(model), args, names
     return build
@@ -220,14 +224,14 @@ FAMILIES = [
     Family("timm_eva02_tiny", "timm", "vit", _timm("eva02_tiny_patch14_224", size=70, depth=2, img_size=70), TIMM_ATTN),
     Family("timm_mobilevit_xxs", "timm", "vit", _timm("mobilevit_xxs"), TIMM_ATTN),
     Family("timm_levit_128s", "timm", "vit", _timm("levit_128s", img_size=IMAGE)),
-    Family("timm_mixer_b16", "timm", "vit", _timm("mixer_b16_224", num_blocks=2, img_size=IMAGE)),
+    Family("timm_mixer_b16", "timm", "vit", _timm("mixer_b16_224", keep_blocks=2, img_size=IMAGE)),
     Family("timm_ghostnet_100", "timm", "cnn", _timm("ghostnet_100")),
     Family("timm_efficientnet_lite0", "timm", "cnn", _timm("efficientnet_lite0")),
     # transformers vision
     Family("hf_vit", "transformers", "vit", _hf("ViTConfig", "ViTModel", dict(
-        BERT_SIZE, image_size=IMAGE, patch_size=16)), HF_ATTN),
+        BERT_SIZE, image_size=IMAGE, patch_size=16), "image"), HF_ATTN),
     Family("hf_swin", "transformers", "vit", _hf("SwinConfig", "SwinModel", dict(
-        image_size=112, embed_dim=96, depths=[2, 2, 2, 2], num_heads=[3, 6, 12, 24], window_size=7), "image"), HF_ATTN),
+        image_size=224, embed_dim=96, depths=[2, 2, 2, 2], num_heads=[3, 6, 12, 24], window_size=7), "image"), HF_ATTN),
     Family("hf_segformer", "transformers", "segmentation", _hf("SegformerConfig", "SegformerForSemanticSegmentation",
                                                                dict(num_labels=19), "image", key="logits"), HF_ATTN),
     Family("hf_clip_vision", "transformers", "vit", _hf("CLIPVisionConfig", "CLIPVisionModel", dict(
