@@ -153,7 +153,7 @@ def failures(rows) -> list:
     out = []
     for r in rows:
         if not r.get("export_ok"):
-            out.append(f"- `{r['file']}` export: {(r.get('export_error') or r.get('harness_error', ''))[-300:]}")
+            out.append(f"- `{r['file']}` export: {(r.get('export_error') or r.get('harness_error', ''))[:300]}")
         elif not r.get("compile_ok"):
             out.append(f"- `{r['file']}` {r.get('compile_error')}: {r.get('compile_error_text', '')[:300]}")
         elif r.get("compare_fp32") != "PASS" or r.get("compare_fp16") not in ("PASS", "skipped: reference exceeds fp16"):
