@@ -261,7 +261,8 @@ FAMILIES = [
     Family("whisper", "transformers", "speech", _hf("WhisperConfig", "WhisperModel", dict(
         d_model=384, encoder_attention_heads=6, decoder_attention_heads=6, encoder_ffn_dim=1536,
         decoder_ffn_dim=1536, encoder_layers=2, decoder_layers=2, num_mel_bins=80, max_source_positions=50,
-        max_target_positions=64, vocab_size=VOCAB), "whisper"), HF_ATTN),
+        max_target_positions=64, vocab_size=VOCAB, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        decoder_start_token_id=1), "whisper"), HF_ATTN),
     # transformers decoder LLMs
     Family("gpt2", "transformers", "decoder", _hf("GPT2Config", "GPT2Model", dict(
         n_embd=768, n_head=12, n_layer=2, vocab_size=VOCAB, n_positions=128)), HF_ATTN),

@@ -162,7 +162,7 @@ def failures(rows) -> list:
         for p in PEERS:
             e = r.get("peers", {}).get(p, {})
             if isinstance(e, dict) and "error" in e:
-                out.append(f"- `{r['file']}` peer {p}: {e['error'][-200:]}")
+                out.append(f"- `{r['file']}` peer {p}: {e['error'][:200]}")
     return out or ["- none"]
 
 
