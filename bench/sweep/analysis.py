@@ -181,8 +181,9 @@ def normalized(constraint: str) -> str:
 
 
 def classify(node_misses: List[dict], own_pass: str, anchor: str = "") -> dict:
-    """Which reason a missed node got: its own pass's miss if any, else autofuse's, else none."""
-    own = [m for m in node_misses if m["pass"] == own_pass]
+    """Which reason a missed node got: its own passes' (a pass whose name contains own_pass,
+    e.g. "Conv" or "Attention") if any, else another named pass's, else autofuse's, else none."""
+    own = [m for m in node_misses if own_pass in m["pass"]]
     named = [m for m in node_misses if m["pass"] != "AutoFusePass"]
     # autofuse's own line about the node (anchored on it) before lines that only mention it
     autofuse = sorted((m for m in node_misses if m["pass"] == "AutoFusePass"), key=lambda m: m["anchor"] != anchor)

@@ -132,7 +132,7 @@ def _fusion_facts(graph, tasks, attention, convs, log_text, dfx) -> dict:
             continue
         tally[1] += 1
         about = analysis.misses_about(layer["softmax"], misses, (layer["qk"], layer["pv"]))
-        missed.append(dict(analysis.classify(about, "MultiHeadAttentionFusionPass", layer["softmax"]),
+        missed.append(dict(analysis.classify(about, "Attention", layer["softmax"]),
                            kind="attention", node=layer["softmax"], form=layer["form"], all_reasons=sorted({f"{m['pass']} {m['code']}" for m in about})))
     convs_fused, conv_kernels = 0, collections.Counter()
     for conv in convs:
@@ -142,7 +142,7 @@ def _fusion_facts(graph, tasks, attention, convs, log_text, dfx) -> dict:
             convs_fused += 1
             continue
         about = analysis.misses_about(conv["name"], misses)
-        missed.append(dict(analysis.classify(about, "ConvBNReluFusionPass", conv["name"]), kind="conv",
+        missed.append(dict(analysis.classify(about, "Conv", conv["name"]), kind="conv",
                            node=conv["name"],
                            group=conv["group"], dilated=conv["dilated"], in_task=task is not None,
                            consumers=graph.consumer_types(conv["name"]),
