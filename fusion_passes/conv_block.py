@@ -12,11 +12,13 @@ to the accumulator on chip.  BN is folded into the conv weights and bias at comp
 Walk from the Conv anchor downstream, greedily: BN, then Add (either operand order; the
 other operand comes from elsewhere and broadcasts to the conv output), then one canonical
 activation (any op of codegen/fused/epilogue.ACTIVATIONS: the canonical stage has already
-turned SiLU, QuickGelu, HardSwish, GELU... into their ops), then a permuted store: an
+turned SiLU, QuickGelu, HardSwish, GELU... into their ops), then a pooled store (AveragePool
+or MaxPool with non-overlapping windows: DenseNet's transitions, VGG), then a permuted store: an
 optional view op (Reshape, Flatten, Squeeze, Unsqueeze) and a Transpose (ViT's patch
 embedding, `output_shape` / `output_perm`), then a Concat taking the result as one operand
 (ViT's CLS token, Inception's branches, DenseNet's growing feature map once the canonical
-stage has nested its concats; the kernel copies the other operands).  Autofuse may then absorb
+stage has nested its concats; the kernel copies the other operands), then a permuted store
+of the concatenation (ShuffleNet's channel shuffle: Reshape[N, g, C/g, ...] -> Transpose).  Autofuse may then absorb
 the elementwise tail (ViT's position-embedding Add).  A later intermediate with other
 consumers ends the pattern there (what came before still fuses, its output stays visible).
 
@@ -45,7 +47,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from codegen.fused.conv import CONCAT_SLOT, CONV_ATTR_NAMES, CONV_BLOCK_OPS, RES_PREFIX
+from codegen.fused.conv import CONCAT_SLOT, CONV_ATTR_NAMES, CONV_BLOCK_OPS, INPUT_SCALE_SLOT, POOL_PREFIX, RES_PREFIX
 from codegen.fused.epilogue import ACTIVATIONS, activation_attrs, is_activation
 from fusion_passes import reasons
 from fusion_passes.base import (FusionPass, FusionResult, Match, creates_cycle, escaping_values, fuse, operands,
@@ -74,6 +76,11 @@ class ResidualConv(NamedTuple):
     bn: Optional[Node]
 
 
+class PooledStore(NamedTuple):
+    node: Node           # AveragePool | MaxPool with non-overlapping windows
+    output: Value
+
+
 class PermutedStore(NamedTuple):
     nodes: list          # [view op,] Transpose
     view_shape: list
@@ -87,6 +94,12 @@ class ConcatStore(NamedTuple):
     axis: int
     others: list         # the other operands, in order
     output: Value
+
+
+class InputScale(NamedTuple):
+    mul: Node            # Mul(x, scale) read only by the conv
+    x: Value
+    scale: Value         # one value per (sample, input channel): [N or 1, C_in, 1, ...]
 
 
 class Problem(NamedTuple):
@@ -104,6 +117,23 @@ def activation_at(value: Value) -> Optional[Activation]:
     if node is None or not is_activation(node) or node.inputs[0] is not value:
         return None
     return Activation([node], activation_attrs(node), node.outputs[0])
+
+
+def input_scale_at(conv: Node) -> Optional[InputScale]:
+    """The channel scaling before `conv` -- its input is Mul(x, s), read by nothing else, with
+    s one run-time value per sample and input channel (a squeeze-excite gate) -- or None."""
+    value = conv.inputs[0]
+    mul = value.producer
+    if mul is None or mul.op_type != "Mul" or single_consumer(value) is not conv:
+        return None
+    shape = tuple(value.desc.shape)
+    for x, s in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
+        scale = tuple(s.desc.shape)
+        if tuple(x.desc.shape) == shape and not s.is_const and len(scale) == len(shape) \
+                and scale[0] in (1, shape[0]) and scale[1] == shape[1] and all(d == 1 for d in scale[2:]) \
+                and np.dtype(s.desc.dtype) == np.dtype(x.desc.dtype):
+            return InputScale(mul, x, s)
+    return None
 
 
 def residual_at(value: Value) -> Optional[Residual]:
@@ -160,6 +190,27 @@ def residual_conv_at(value: Value) -> Optional[ResidualConv]:
     if source is not None and source.producer is not None and source.producer.op_type == "Conv":
         return ResidualConv(source.producer, node)
     return None
+
+
+def pool_at(value: Value) -> Optional[PooledStore]:
+    """The pooling that reads `value` alone when its windows do not overlap (kernel = stride,
+    no padding, no dilation, no index output): each output tile pools its own rows."""
+    node = single_consumer(value)
+    if node is None or node.op_type not in ("AveragePool", "MaxPool") or node.inputs[0] is not value:
+        return None
+    if any(v.uses or v.is_graph_output for v in node.outputs[1:]):
+        return None
+    nd = len(value.desc.shape) - 2
+    kernel = _attr_ints(node.attrs.get("kernel_shape"), nd, 1)
+    strides = _attr_ints(node.attrs.get("strides"), nd, 1)
+    pads = _attr_ints(node.attrs.get("pads"), 2 * nd, 0)
+    dilations = _attr_ints(node.attrs.get("dilations"), nd, 1)
+    auto_pad = node.attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if kernel != strides or any(pads) or any(d != 1 for d in dilations) or auto_pad not in ("NOTSET", "VALID") \
+            or int(node.attrs.get("ceil_mode", 0)) and any(d % k for d, k in zip(value.desc.shape[2:], kernel)):
+        return None
+    return PooledStore(node, node.outputs[0])
 
 
 def store_permute_at(value: Value) -> Optional[PermutedStore]:
@@ -292,6 +343,7 @@ class ConvBlockPass(FusionPass):
         bn = add = residual = side = store = concat = None
         act = None
         cur = y
+        scale = input_scale_at(conv)
         # -- structure: greedy walk downstream -------------------------------------------
         first = single_consumer(y)
         if first is not None and first.op_type == "BatchNormalization" and first.inputs[0] is y:
@@ -308,15 +360,23 @@ class ConvBlockPass(FusionPass):
         act = activation_at(cur)
         if act:
             cur = act.output
+        pool = pool_at(cur)
+        if pool:
+            cur = pool.output
         store = store_permute_at(cur)
         if store:
             cur = store.output
         concat = concat_at(cur)
+        shuffle = None
         if concat:
             cur = concat.output
+            shuffle = store_permute_at(cur)
+            if shuffle:
+                cur = shuffle.output
         side_nodes = [n for n in side if n is not None] if side else []
-        nodes = side_nodes + [conv] + [n for n in (bn, add) if n is not None] + (act.nodes if act else []) \
-            + (store.nodes if store else []) + ([concat.node] if concat else [])
+        nodes = ([scale.mul] if scale else []) + side_nodes + [conv] + [n for n in (bn, add) if n is not None] \
+            + (act.nodes if act else []) + ([pool.node] if pool else []) + (store.nodes if store else []) \
+            + ([concat.node] if concat else []) + (shuffle.nodes if shuffle else [])
         mine = conv_variant(conv) == self.variant
         if len(nodes) == 1:
             followers = _first_followers(y)
@@ -344,7 +404,8 @@ class ConvBlockPass(FusionPass):
                              f"the residual input {residual.name if residual else '?'} depends on the "
                              "pattern: fusing would create a cycle", [residual])
         return ConvBlockMatch(nodes, self.fused_op, [cur], conv=conv, bn=bn, residual=residual, side=side,
-                              activation=act.attrs if act else {}, store=store, concat=concat)
+                              activation=act.attrs if act else {}, store=store, concat=concat, scale=scale,
+                              pool=pool, shuffle=shuffle)
 
     def _left_out_residual_conv(self, conv: Node):
         """A bare Conv whose output is the residual operand of a conv block: a Miss saying
@@ -380,7 +441,7 @@ class ConvBlockPass(FusionPass):
         attrs.update(match.activation)
         attrs["has_bn"] = bn is not None
         attrs["has_residual"] = match.residual is not None and side is None
-        inputs = [conv.inputs[0], w, bias, None if side else match.residual]
+        inputs = [match.scale.x if match.scale else conv.inputs[0], w, bias, None if side else match.residual]
         if side is not None:
             side_w, side_bias = conv_params(graph, side.conv, side.bn)
             inputs[2] = _sum_bias(graph, conv, bias, side_bias)
@@ -388,12 +449,20 @@ class ConvBlockPass(FusionPass):
             attrs["residual_conv"] = True
             attrs["res_has_bn"] = side.bn is not None
             attrs.update({RES_PREFIX + k: v for k, v in conv_attrs(side.conv).items()})
+        if match.scale is not None:
+            inputs += [None] * (INPUT_SCALE_SLOT - len(inputs)) + [match.scale.scale]
+            attrs["input_scale"] = True
+        if match.pool is not None:
+            attrs["pool_op"] = match.pool.node.op_type
+            attrs.update({POOL_PREFIX + k: v for k, v in match.pool.node.attrs.items() if v is not None})
         if match.store is not None:
             attrs["output_shape"], attrs["output_perm"] = match.store.view_shape, match.store.perm
         if match.concat is not None:
             inputs += [None] * (CONCAT_SLOT - len(inputs)) + match.concat.others
             attrs.update(concat_axis=match.concat.axis, concat_index=match.concat.index,
                          concat_parts=len(match.concat.others))
+        if match.shuffle is not None:
+            attrs["concat_view_shape"], attrs["concat_perm"] = match.shuffle.view_shape, match.shuffle.perm
         while inputs[-1] is None:
             inputs.pop()
         return fuse(graph, match.nodes, match.fused_op, inputs, match.outputs, attrs, self.pass_name)
@@ -401,8 +470,8 @@ class ConvBlockPass(FusionPass):
 
 @dataclass
 class ConvBlockMatch(Match):
-    """A conv block: conv [+ BN] [+ residual Add (of a residual conv)] [+ activation]
-    [+ permuted store] [+ concatenated store]."""
+    """A conv block: [input scale ->] conv [+ BN] [+ residual Add (of a residual conv)]
+    [+ activation] [+ pooled store] [+ permuted store] [+ concatenated store [+ permuted]]."""
 
     conv: Node
     bn: Optional[Node]
@@ -411,6 +480,9 @@ class ConvBlockMatch(Match):
     activation: dict                   # the kernel's activation attrs ({} for none)
     store: Optional[PermutedStore]
     concat: Optional[ConcatStore]
+    scale: Optional[InputScale] = None  # a channel scaling of the input (squeeze-excite's Mul)
+    pool: Optional[PooledStore] = None
+    shuffle: Optional[PermutedStore] = None  # a view + Transpose of the concatenation (channel shuffle)
 
 
 def conv_params(graph: Graph, conv: Node, bn: Optional[Node]) -> tuple:

@@ -15,7 +15,9 @@ A pooling op not fed by a conv block or not followed by an FC is not this patter
 e.g. EfficientNet's squeeze-excite pools.  Misses: pooling not over all spatial axes,
 an intermediate used elsewhere (NF2001), non-constant FC or conv
 weights (NF2002), the flattened shape not (N, C) or a bias that does not broadcast (NF2004),
-a conv block that stores its output permuted or concatenated (NF2006).
+a conv block that stores its output pooled or permuted, concatenates along another axis than
+the channels, or scales its input (NF2006).  A block writing one operand of a channel
+concatenation (GoogLeNet's and Inception's last module) takes the whole concatenation.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from codegen.fused.conv import CONV_ATTR_NAMES, CONV_BLOCK_OPS, RES_PREFIX
+from codegen.fused.conv import CONCAT_SLOT, CONV_ATTR_NAMES, CONV_BLOCK_OPS, HEAD_CONCAT_SLOT, RES_PREFIX
 from codegen.fused.epilogue import ACT_PREFIX, EPILOGUE_ATTRS
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, creates_cycle, escaping_values, fuse, operands, single_consumer
@@ -33,7 +35,8 @@ from ge.ir import Graph, Node, Value
 
 FUSED_OP = "ConvPoolFCFusionOp"
 _CONV_TYPES = ("Conv",) + CONV_BLOCK_OPS
-_BLOCK_ATTRS = CONV_ATTR_NAMES + EPILOGUE_ATTRS + ("has_bn", "has_residual", "residual_conv", "res_has_bn") \
+_BLOCK_ATTRS = CONV_ATTR_NAMES + EPILOGUE_ATTRS + ("has_bn", "has_residual", "residual_conv", "res_has_bn",
+                                                   "concat_axis", "concat_index", "concat_parts") \
     + tuple(RES_PREFIX + k for k in CONV_ATTR_NAMES)
 
 
@@ -91,10 +94,12 @@ class ConvPoolFCFusionPass(FusionPass):
         rank = len(block.desc.shape)
         n, c = int(block.desc.shape[0]), int(block.desc.shape[1])
         # -- constraints ---------------------------------------------------------------------
-        if "output_perm" in conv.attrs or "concat_axis" in conv.attrs:
+        concat_axis = conv.attrs.get("concat_axis")
+        if any(k in conv.attrs for k in ("output_perm", "concat_perm", "pool_op")) or conv.attrs.get("input_scale") \
+                or (concat_axis is not None and int(concat_axis) != 1):
             return self.miss(reasons.UNSUPPORTED_VARIANT, pool, nodes,
-                             f"the conv block {conv.name} stores its output permuted or concatenated "
-                             f"({ {k: conv.attrs[k] for k in ('output_perm', 'concat_axis') if k in conv.attrs} }): "
+                             f"the conv block {conv.name} stores its output permuted or concatenated or scales its input "
+                             f"({ {k: conv.attrs[k] for k in ('output_perm', 'concat_axis', 'concat_perm', 'pool_op', 'input_scale') if k in conv.attrs} }): "
                              "the head pools an (N, C, *spatial) block", [block])
         if pool.op_type == "ReduceMean":
             axes = sorted(int(a) % rank for a in (pool.attrs.get("axes") or []))
@@ -147,8 +152,11 @@ class ConvPoolFCFusionPass(FusionPass):
         attrs.update(match.fc_attrs)
         attrs["pool"] = match.nodes[1].op_type
         block_inputs = list(conv.inputs[:4]) + [None] * (4 - len(conv.inputs[:4]))
-        # a residual conv's (res_x, res_W) follow the FC operands: codegen.fused.conv.HEAD_RES_SLOT
+        # a residual conv's (res_x, res_W) follow the FC operands: codegen.fused.conv.HEAD_RES_SLOT,
+        # then the other operands of a channel concatenation the block writes into (HEAD_CONCAT_SLOT)
         inputs = block_inputs + [match.weight, match.bias] + list(conv.inputs[4:6])
+        if "concat_axis" in conv.attrs:
+            inputs += [None] * (HEAD_CONCAT_SLOT - len(inputs)) + list(conv.inputs[CONCAT_SLOT:])
         while inputs[-1] is None:
             inputs.pop()
         return fuse(graph, match.nodes, FUSED_OP, inputs, match.outputs, attrs, self.pass_name)

@@ -16,6 +16,7 @@ from fusion_passes.autofuse import AutoFusePass, AutofuseFlags
 from fusion_passes.base import FusionPass
 from fusion_passes.canonical import CanonicalizePass
 from fusion_passes.conv_bn_relu import ConvBNReluFusionPass
+from fusion_passes.conv_chain import ConvChainFusionPass
 from fusion_passes.conv_pool_fc import ConvPoolFCFusionPass
 from fusion_passes.depthwise_conv import DepthwiseConvBNReluFusionPass
 from fusion_passes.dilated_conv import DilatedConvBNReluFusionPass
@@ -26,6 +27,7 @@ from fusion_passes.matmul_bias_act import MatMulBiasActFusionPass
 from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
 from fusion_passes.quant_conv_bn_relu import QuantConvBNReluFusionPass
 from fusion_passes.quant_matmul_bias_act import QuantMatMulBiasActFusionPass
+from fusion_passes.squeeze_excitation import SqueezeExcitationFusionPass
 from fusion_passes.switches import FusionSwitches
 from ge.ir import Graph
 from ge.passes.contract import run_passes
@@ -38,11 +40,13 @@ def fusion_passes(switches: Optional[FusionSwitches] = None,
         CanonicalizePass(switches),
         QuantConvBNReluFusionPass(switches),      # int8 first: they take the DequantizeLinear-fed
         QuantMatMulBiasActFusionPass(switches),   # convs and GEMMs before the float passes look
+        SqueezeExcitationFusionPass(switches),     # before the conv blocks: it takes the SE's two 1x1 convs
         ConvBNReluFusionPass(switches),
         DepthwiseConvBNReluFusionPass(switches),   # the conv blocks GE's ConvBNReLU leaves out,
         GroupConvBNReluFusionPass(switches),       # each under its own name
         DilatedConvBNReluFusionPass(switches),
         ConvPoolFCFusionPass(switches),
+        ConvChainFusionPass(switches),            # a conv still plain joins the 1x1 conv next to it
         LayerNormFusionPass(switches),
         MultiHeadAttentionFusionPass(switches),
         MatMulBiasActFusionPass(switches),

@@ -661,7 +661,7 @@ def test_concatenated_store_takes_the_cls_token(cls_last):
     node = graph.nodes[0]
     assert (node.attrs["concat_axis"], node.attrs["concat_index"], node.attrs["concat_parts"]) == \
         (1, 0 if cls_last else 1, 1)
-    assert node.inputs[3:6] == [None] * 3 and node.inputs[6].name.startswith("cls")
+    assert node.inputs[3:7] == [None] * 4 and node.inputs[7].name.startswith("cls")
     assert tuple(node.outputs[0].desc.shape) == (N, 17, COUT)
     t = lambda v: None if v is None else TensorType(np.dtype(np.float16), tuple(v.desc.shape))  # noqa: E731
     work = kernel_of(CBR).work([t(v) for v in node.inputs], [t(node.outputs[0])], node.attrs)

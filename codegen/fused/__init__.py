@@ -5,4 +5,5 @@ registers their kernels in `codegen.registry`, next to the ONNX ops' kernels, so
 simulator and the cost model treat fused and unfused kernels through one ruler.  This
 package imports every module.
 """
-from codegen.fused import attention, autofused, conv, gemm, layer_norm, quant_cube  # noqa: F401  (register their kernels)
+from codegen.fused import (attention, autofused, conv, gemm, layer_norm, quant_cube,  # noqa: F401  (register their kernels)
+                           conv_chain, squeeze_excitation)

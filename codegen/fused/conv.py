@@ -7,9 +7,11 @@ bias + residual + activation) as ConvBNReluFusionOp before its pooling and FC, s
 share `_conv_block`.  BatchNorm is already folded into the weights and bias at compile
 time (fusion_passes/conv_bn_relu.py), so the kernel sees a plain conv with an epilogue.
 
-Inputs of ConvBNReluFusionOp: [x, W, b | None, residual | None, res_x, res_W, concat parts...]
-(trailing None dropped).  Inputs of ConvPoolFCFusionOp: [x, W, b | None, residual | None, fc_weight,
-fc_bias | None, res_x, res_W].  Attrs: the Conv attrs, the epilogue's (`activation` and its
+Inputs of ConvBNReluFusionOp: [x, W, b | None, residual | None, res_x, res_W, scale, concat
+parts...] (trailing None dropped).  Inputs of ConvPoolFCFusionOp: [x, W, b | None, residual | None, fc_weight,
+fc_bias | None, res_x, res_W, concat parts...]: an Inception/GoogLeNet head pools the channel
+concatenation the conv block is one operand of (the pooled vector is the concatenation of
+each part's pooled vector; the parts are read, never copied).  Attrs: the Conv attrs, the epilogue's (`activation` and its
 `act_*`, `residual_after_act`: codegen/fused/epilogue.py), `has_residual`; the head adds
 `fc_transB`, `fc_alpha`, `fc_beta`.
 
@@ -19,6 +21,16 @@ GEMM over the concatenated K dimension [W | res_W] x [im2col(x); im2col(res_x)]:
 products accumulate into the same output tile, so the downsample output never reaches
 global memory; b is the sum of both convs' (BN-folded) biases.  No broadcast: both convs
 have the same output shape.
+
+Input scale (`input_scale`, the conv blocks only): squeeze-excite's x * gate feeding the
+projection conv.  conv(x * s) with s one value per sample and input channel is conv(x) with
+each sample's weights scaled per input channel, W * s (C_out x C_in x k multiplies per
+sample, cheaper than scaling x); x * s is never written.
+
+Pooled store (`pool_op` = AveragePool | MaxPool and its attrs prefixed `pool_`): DenseNet's
+transition conv -> AvgPool 2x2/2, VGG's conv block -> MaxPool 2x2/2.  Non-overlapping
+windows only (kernel = stride, no padding), so each output tile reduces its own rows and the
+full-resolution block is never written.
 
 Permuted store (`output_shape`, `output_perm`, ConvBNReluFusionOp only): ViT's patch
 embedding `Conv -> Reshape[N, C, HW] -> Transpose[0, 2, 1]`.  The output tile is written
@@ -30,6 +42,11 @@ Concatenated store (`concat_axis`, `concat_index`, `concat_parts`, ConvBNReluFus
 ViT's `Concat(CLS token, patches)`.  The conv tile is stored at its offset of the Concat
 output (an address offset, free) and the kernel copies the other `concat_parts` operands,
 inputs from CONCAT_SLOT on, into their places (vector `move` work of their size).
+
+Shuffled concatenation (`concat_view_shape`, `concat_perm` after a concatenated store):
+ShuffleNet's channel shuffle Concat -> Reshape[N, g, C/g, H, W] -> Transpose[0, 2, 1, 3, 4]:
+the tile and the copied operands are written at their interleaved channel addresses, so
+the shuffle costs no kernel and no pass over memory.
 
 Numerics: the epilogue's float16 rule (codegen/fused/epilogue.py) -- the conv accumulates in
 float32 and bias, residual, activation, pooling and FC stay float32 on chip; only the
@@ -54,7 +71,9 @@ CONV_BLOCK_OPS = ("ConvBNReluFusionOp", "DepthwiseConvBNReluFusionOp", "GroupCon
 CONV_ATTR_NAMES = ("kernel_shape", "pads", "strides", "dilations", "group", "auto_pad")
 RES_PREFIX = "res_"
 CBR_RES_SLOT, HEAD_RES_SLOT = 4, 6      # where res_x, res_W sit in each kernel's inputs
-CONCAT_SLOT = 6                         # conv block: the other Concat operands start here
+INPUT_SCALE_SLOT = 6                    # conv block: the per-channel scale of x (input_scale)
+CONCAT_SLOT = 7                         # conv block: the other Concat operands start here
+POOL_PREFIX = "pool_"                   # a pooled store: pool_op and the pooling op's attrs
 
 
 def _slot(inputs: Sequence, i: int):
@@ -70,7 +89,10 @@ def _conv_block(inputs: Sequence[Optional[np.ndarray]], attrs: dict, res_slot: i
     """conv (+ residual conv) + bias + residual + activation, in the on-chip (accumulation) dtype."""
     x, w, b, r = inputs[0], inputs[1], _slot(inputs, 2), _slot(inputs, 3)
     acc = epilogue.accumulate_dtype(x.dtype)
-    y = get_op("Conv").compute([x.astype(acc, copy=False), w.astype(acc, copy=False)], attrs)[0]
+    xa = x.astype(acc, copy=False)
+    if attrs.get("input_scale"):
+        xa = xa * inputs[INPUT_SCALE_SLOT].astype(acc, copy=False)
+    y = get_op("Conv").compute([xa, w.astype(acc, copy=False)], attrs)[0]
     if attrs.get("residual_conv"):
         res_x, res_w = inputs[res_slot], inputs[res_slot + 1]
         y += get_op("Conv").compute([res_x.astype(acc, copy=False), res_w.astype(acc, copy=False)],
@@ -100,6 +122,8 @@ def _conv_block_work(inputs: Sequence[Optional[TensorType]], out: TensorType, at
     if attrs.get("residual_conv"):
         side = kernel_of("Conv").work(list(inputs[res_slot:res_slot + 2]), [out], residual_conv_attrs(attrs))
         work.cube_macs += side.cube_macs
+    if attrs.get("input_scale"):        # each sample's weights scaled by its channel gates
+        work.add_vector("alu", int(inputs[0].shape[0]) * inputs[1].size)
     tail = epilogue.work(out, attrs, bias=_slot(inputs, 2) is not None, residual=_slot(inputs, 3) is not None,
                          bias_is_a_stage=False, min_stages=1)
     return work + tail
@@ -108,10 +132,11 @@ def _conv_block_work(inputs: Sequence[Optional[TensorType]], out: TensorType, at
 # -- ConvBNReluFusionOp ------------------------------------------------------------------
 
 
-def _permuted(shape: tuple, attrs: dict) -> tuple:
-    """The stored shape: output_shape permuted by output_perm (a view of the block first)."""
-    view = tuple(int(d) for d in attrs["output_shape"])
-    perm = [int(p) for p in attrs["output_perm"]]
+def _permuted(shape: tuple, attrs: dict, prefix: str = "") -> tuple:
+    """The stored shape: output_shape permuted by output_perm (a view of the block first);
+    with prefix "concat_", concat_view_shape and concat_perm applied to the concatenation."""
+    view = tuple(int(d) for d in attrs[prefix + "view_shape" if prefix else "output_shape"])
+    perm = [int(p) for p in attrs[prefix + "perm" if prefix else "output_perm"]]
     if int(np.prod(view, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)) or sorted(perm) != list(range(len(view))):
         raise InvalidNode(f"cannot store a conv block of shape {list(shape)} as {list(view)} permuted by {perm}",
                           "output_shape must hold the block's elements and output_perm be a permutation of its axes.")
@@ -125,19 +150,38 @@ def _concat_parts(inputs: Sequence, attrs: dict, tile):
     return parts
 
 
+def pool_attrs(attrs: dict) -> tuple:
+    """(pooling op type, its attrs) of a pooled store, or (None, {})."""
+    op = attrs.get("pool_op")
+    if not op:
+        return None, {}
+    return op, {k[len(POOL_PREFIX):]: v for k, v in attrs.items() if k.startswith(POOL_PREFIX) and k != "pool_op"}
+
+
 def conv_bn_relu_compute(inputs, attrs):
     y = _conv_block(inputs, attrs, CBR_RES_SLOT)
+    pool, pattrs = pool_attrs(attrs)
+    if pool:
+        y = get_op(pool).compute([y], pattrs)[0]
     if "output_perm" in attrs:
         _permuted(y.shape, attrs)
         y = y.reshape([int(d) for d in attrs["output_shape"]]).transpose([int(p) for p in attrs["output_perm"]])
     if "concat_axis" in attrs:
         parts = [p.astype(y.dtype, copy=False) for p in _concat_parts(inputs, attrs, y)]
         y = get_op("Concat").compute(parts, {"axis": int(attrs["concat_axis"])})[0]
+        if "concat_perm" in attrs:
+            _permuted(y.shape, attrs, "concat_")
+            y = y.reshape([int(d) for d in attrs["concat_view_shape"]]).transpose([int(p) for p in attrs["concat_perm"]])
     return [np.ascontiguousarray(y.astype(inputs[0].dtype, copy=False))]
 
 
+def _pool_store_type(block: TensorType, attrs) -> TensorType:
+    pool, pattrs = pool_attrs(attrs)
+    return get_op(pool).infer([block], pattrs)[0] if pool else block
+
+
 def _stored_type(inputs, attrs) -> TensorType:
-    block = _conv_block_type(inputs, attrs, CBR_RES_SLOT)
+    block = _pool_store_type(_conv_block_type(inputs, attrs, CBR_RES_SLOT), attrs)
     if "output_perm" in attrs:
         block = TensorType(block.dtype, _permuted(block.shape, attrs))
     return block
@@ -146,15 +190,24 @@ def _stored_type(inputs, attrs) -> TensorType:
 def conv_bn_relu_infer(inputs, attrs):
     stored = _stored_type(inputs, attrs)
     if "concat_axis" in attrs:
-        return get_op("Concat").infer(_concat_parts(inputs, attrs, stored), {"axis": int(attrs["concat_axis"])})
+        cat = get_op("Concat").infer(_concat_parts(inputs, attrs, stored), {"axis": int(attrs["concat_axis"])})[0]
+        if "concat_perm" in attrs:
+            cat = TensorType(cat.dtype, _permuted(cat.shape, attrs, "concat_"))
+        return [cat]
     return [stored]
 
 
 def conv_bn_relu_work(inputs, outputs, attrs):
-    """The conv block's work, sized by the tile it computes, plus the copy of the other
+    """The conv block's work, sized by the tile it computes, the pooling of a pooled store
+    (the block tile stays on chip until its windows are reduced), plus the copy of the other
     Concat operands (the permuted and concatenated stores themselves are address changes)."""
-    stored = TensorType(outputs[0].dtype, _stored_type(inputs, attrs).shape)
-    work = _conv_block_work(inputs, stored, attrs, CBR_RES_SLOT)
+    block = TensorType(outputs[0].dtype, _conv_block_type(inputs, attrs, CBR_RES_SLOT).shape)
+    work = _conv_block_work(inputs, block, attrs, CBR_RES_SLOT)
+    pool, pattrs = pool_attrs(attrs)
+    if pool:
+        pooled = TensorType(outputs[0].dtype, _pool_store_type(block, attrs).shape)
+        work = work + kernel_of(pool).work([block], [pooled], pattrs)
+        work.onchip_bytes += block.nbytes
     if "concat_axis" in attrs:
         copied = sum(p.size for p in inputs[CONCAT_SLOT:CONCAT_SLOT + int(attrs["concat_parts"])])
         work.add_vector("move", copied)
@@ -169,6 +222,7 @@ for _op_type in CONV_BLOCK_OPS:
 # -- ConvPoolFCFusionOp --------------------------------------------------------------------
 
 FC_WEIGHT, FC_BIAS = 4, 5
+HEAD_CONCAT_SLOT = 8                    # the head over a concatenation: the other operands start here
 
 
 def _fc_attrs(attrs: dict) -> dict:
@@ -176,10 +230,29 @@ def _fc_attrs(attrs: dict) -> dict:
             "beta": float(attrs.get("fc_beta", 1.0))}
 
 
+def _head_parts(inputs, attrs, block):
+    """What the head pools: the conv block, or the concatenation it is one operand of (the
+    other operands from HEAD_CONCAT_SLOT on, `concat_index` places the block)."""
+    if "concat_axis" not in attrs:
+        return [block]
+    parts = list(inputs[HEAD_CONCAT_SLOT:HEAD_CONCAT_SLOT + int(attrs["concat_parts"])])
+    parts.insert(int(attrs["concat_index"]), block)
+    return parts
+
+
+def _check_channel_concat(attrs, rank: int) -> None:
+    if "concat_axis" in attrs and int(attrs["concat_axis"]) % rank != 1:
+        raise InvalidNode(f"ConvPoolFCFusionOp pools a concatenation along axis {attrs['concat_axis']}; only the "
+                          "channel axis (1) keeps the pooled vector a concatenation of the parts' pooled vectors",
+                          "Recompile the model with this version of atc_py.")
+
+
 def conv_pool_fc_compute(inputs, attrs):
     y = _conv_block(inputs, attrs, HEAD_RES_SLOT)                                   # (N, C, *spatial)
     acc = y.dtype
-    pooled = np.mean(y, axis=tuple(range(2, y.ndim)), dtype=acc)    # (N, C), global average
+    _check_channel_concat(attrs, y.ndim)
+    pooled = np.concatenate([np.mean(p.astype(acc, copy=False), axis=tuple(range(2, y.ndim)), dtype=acc)
+                             for p in _head_parts(inputs, attrs, y)], axis=1)       # (N, C), global average
     fc_in = [pooled, inputs[FC_WEIGHT].astype(acc, copy=False)]
     if _slot(inputs, FC_BIAS) is not None:
         fc_in.append(inputs[FC_BIAS].astype(acc, copy=False))
@@ -189,7 +262,9 @@ def conv_pool_fc_compute(inputs, attrs):
 
 def _pooled_type(inputs, attrs) -> tuple:
     block = _conv_block_type(inputs, attrs, HEAD_RES_SLOT)
-    return block, TensorType(block.dtype, tuple(block.shape[:2]))
+    _check_channel_concat(attrs, len(block.shape))
+    channels = sum(int(p.shape[1]) for p in _head_parts(inputs, attrs, block))
+    return block, TensorType(block.dtype, (int(block.shape[0]), channels))
 
 
 def conv_pool_fc_infer(inputs, attrs):
@@ -199,13 +274,14 @@ def conv_pool_fc_infer(inputs, attrs):
 
 
 def conv_pool_fc_work(inputs, outputs, attrs):
-    """Conv block + global average (one add per block element, one divide per channel) +
-    FC; on chip: the block's intermediates, the block output and the pooled vector."""
+    """Conv block + global average (one add per pooled element -- the block's and the other
+    concatenated parts', read once each -- one divide per channel) + FC; on chip: the
+    block's intermediates, the block output and the pooled vector."""
     block, pooled = _pooled_type(inputs, attrs)
     block = TensorType(outputs[0].dtype, block.shape)       # sized in the compute dtype
     pooled = TensorType(outputs[0].dtype, pooled.shape)
     work = _conv_block_work(inputs, block, attrs, HEAD_RES_SLOT)
-    work.add_vector("alu", block.size).add_vector("div", pooled.size)
+    work.add_vector("alu", sum(p.size for p in _head_parts(inputs, attrs, block))).add_vector("div", pooled.size)
     fc_in = [pooled, inputs[FC_WEIGHT]] + ([inputs[FC_BIAS]] if _slot(inputs, FC_BIAS) is not None else [])
     fc = kernel_of("Gemm").work(fc_in, outputs, _fc_attrs(attrs))
     total = work + fc

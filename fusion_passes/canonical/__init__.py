@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from fusion_passes.canonical.clip import Clip
+from fusion_passes.canonical.concat_prefix import ConcatPrefix
+from fusion_passes.canonical.concat_single import ConcatSingle
 from fusion_passes.canonical.gelu_erf import GeluErf
 from fusion_passes.canonical.gelu_tanh import GeluTanh
 from fusion_passes.canonical.hard_sigmoid import HardSigmoid
@@ -37,6 +39,8 @@ MAX_ROUNDS = 8
 REWRITES: tuple = (
     # activations, recognized once into the ONNX op the conv/GEMM epilogues and autofuse read
     Clip(), HardSigmoid(), HardSwish(), Swish(), GeluErf(), GeluTanh(), Mish(),
+    # DenseNet's re-concatenations as one growing concat, so each conv can write into it
+    ConcatSingle(), ConcatPrefix(),
 )
 
 

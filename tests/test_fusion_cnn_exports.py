@@ -1,0 +1,257 @@
+"""The CNN patterns on real exports (tests/cnn_blocks.py, both torch exporters, default
+settings): every activation recognized once and fused into conv and GEMM epilogues, depthwise,
+grouped and dilated conv blocks under their own passes, squeeze-excite, conv chains,
+DenseNet's growing concatenation, ShuffleNet's channel shuffle, pooled stores and the
+Inception-style head -- the exact kernels after fusion, no plain Conv left, and the numbers
+against onnxruntime in fp32 and fp16.  The misses of each new pattern, with their NF codes,
+are tested on small hand-built graphs at the end."""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from builder import Net
+from codegen.registry import kernel_of
+from fusion_passes.canonical import CanonicalizePass
+from helpers import assert_matches_ort, fuse_model, op_types
+
+import cnn_blocks
+
+CASES = [(m, e) for m in cnn_blocks.MODELS for e in cnn_blocks.EXPORTERS]
+
+
+@pytest.fixture(scope="session")
+def cnn_exports(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    import onnx
+    root = tmp_path_factory.mktemp("cnn_blocks")
+    cache: dict = {}
+
+    def get(name, exporter):
+        if (name, exporter) not in cache:
+            path = cnn_blocks.export(name, exporter, str(root / f"{name}_{exporter}.onnx"))
+            model = onnx.load(path)
+            cache[name, exporter] = (model,) + fuse_model(model)
+        return cache[name, exporter]
+
+    return get
+
+
+def kernels(graph) -> dict:
+    """Launched kernels per op type (views launch none)."""
+    return dict(collections.Counter(n.op_type for n in graph.nodes if not kernel_of(n.op_type).no_task))
+
+
+def _producer_of_output(graph, i):
+    return graph.outputs[i].producer
+
+
+ACTIVATIONS = {     # cnn_blocks' activation, in its order -> (canonical op, attrs the kernel records)
+    "gelu": ("Gelu", {}), "gelu_tanh": ("Gelu", {"act_approximate": "tanh"}), "silu": ("Swish", {}),
+    "quick_gelu": ("Swish", {"act_alpha": 1.702}), "hardswish": ("HardSwish", {}),
+    "hardsigmoid": ("HardSigmoid", {"act_alpha": 1 / 6, "act_beta": 0.5}), "relu6": ("Clip", {"act_min": 0.0, "act_max": 6.0}),
+    "mish": ("Mish", {}), "hand_hardswish": ("HardSwish", {}),
+    "hand_hardsigmoid": ("HardSigmoid", {"act_alpha": 1 / 6, "act_beta": 0.5}),
+    "minmax_clamp": ("Clip", {"act_min": -1.5, "act_max": 2.0}),
+}
+
+
+ONNX_DEFAULTS = {"act_beta": 0.5}
+
+
+@pytest.mark.parametrize("exporter", cnn_blocks.EXPORTERS)
+def test_every_activation_is_one_op_in_conv_and_gemm_epilogues(cnn_exports, exporter):
+    model, graph, stats = cnn_exports("activations", exporter)
+    n = len(ACTIVATIONS)
+    assert len(graph.outputs) == 2 * n and len(graph.nodes) == 2 * n, op_types(graph)
+    for i, (name, (op, attrs)) in enumerate(ACTIVATIONS.items()):
+        conv, gemm = _producer_of_output(graph, i), _producer_of_output(graph, n + i)
+        gemm_name = "FastGelu" if attrs.get("act_approximate") == "tanh" else op
+        assert conv.op_type == "ConvBNReluFusionOp", (name, conv.op_type)
+        assert gemm.op_type == f"MatMulBias{gemm_name}FusionOp", (name, gemm.op_type)
+        for node in (conv, gemm):
+            assert node.attrs["activation"] == op, (name, node.attrs)
+            got = {k: v for k, v in node.attrs.items() if k.startswith("act_")}
+            assert set(got) <= set(attrs) | {"act_beta"}, (name, got)
+            for key, value in attrs.items():            # HardSigmoid's beta may be left at its default 0.5
+                have = got.get(key, ONNX_DEFAULTS.get(key))
+                assert have == (pytest.approx(value, rel=1e-6) if isinstance(value, float) else value), (name, key)
+    canonical = stats["CanonicalizePass"].by_rewrite        # (dynamo writes Mish and the clamp as ops itself)
+    assert canonical.get("Swish") == 4 and canonical.get("HardSwish") == 2 and canonical.get("HardSigmoid") == 2
+    assert canonical.get("GeluErf") == 2 and canonical.get("GeluTanh") == 2
+    for precision in ("fp32", "fp16"):
+        assert_matches_ort(model, graph, precision=precision)
+
+
+@pytest.mark.parametrize("exporter", cnn_blocks.EXPORTERS)
+def test_mobile_blocks_depthwise_squeeze_excite_and_chains(cnn_exports, exporter):
+    model, graph, stats = cnn_exports("mobile", exporter)
+    assert kernels(graph) == {"ConvBNReluFusionOp": 7, "DepthwiseConvBNReluFusionOp": 4, "SqueezeExcitationFusionOp": 2,
+                              "ConvChainFusionOp": 1, "ConvPoolFCFusionOp": 1}
+    depthwise = [n for n in graph.nodes if n.op_type == "DepthwiseConvBNReluFusionOp"]
+    assert sorted(n.attrs["activation"] for n in depthwise) == ["Clip", "Clip", "HardSwish", "Swish"]
+    se = sorted((n.attrs["fc1_activation"], n.attrs["fc2_activation"], n.attrs["scale_input"])
+                for n in graph.nodes if n.op_type == "SqueezeExcitationFusionOp")
+    assert se == [("Relu", "HardSigmoid", 0), ("Swish", "Sigmoid", 0)]       # both gates go to the projection
+    scaled = [n for n in graph.nodes if n.attrs.get("input_scale")]
+    assert len(scaled) == 2 and all(n.inputs[6].producer.op_type == "SqueezeExcitationFusionOp" for n in scaled)
+    [chain] = [n for n in graph.nodes if n.op_type == "ConvChainFusionOp"]     # the stride-2 block's projection
+    assert chain.attrs["emit_first"] == 1 and len(chain.outputs) == 2           # ... also read by the residual
+    [why] = [m for m in stats["ConvBNReluFusionPass"].misses if m.code != "NF2003"]
+    assert why.code == "NF2001" and why.anchor in chain.origin            # ConvBNReLU said why; the chain took it
+    for precision in ("fp32", "fp16"):
+        assert_matches_ort(model, graph, precision=precision)
+
+
+@pytest.mark.parametrize("exporter", cnn_blocks.EXPORTERS)
+def test_grouped_dilated_and_segmentation_head(cnn_exports, exporter):
+    model, graph, stats = cnn_exports("grouped", exporter)
+    assert kernels(graph) == {"ConvBNReluFusionOp": 4, "GroupConvBNReluFusionOp": 1, "DilatedConvBNReluFusionOp": 3,
+                              "ConvChainFusionOp": 1, "Resize": 1}
+    refused = [m for m in stats["ConvBNReluFusionPass"].misses if m.code == "NF2003"]
+    assert len(refused) == 4
+    assert sum("GroupConvBNReluFusionPass fuses it" in m.constraint for m in refused) == 1
+    assert sum("DilatedConvBNReluFusionPass fuses it" in m.constraint for m in refused) == 3
+    residual = next(n for n in graph.nodes if n.op_type == "ConvBNReluFusionOp" and n.attrs["has_residual"])
+    assert residual.attrs["activation"] == "Relu"                 # ResNeXt's conv3 + residual Add + ReLU
+    concat = [n for n in graph.nodes if "concat_axis" in n.attrs]
+    assert len(concat) == 1 and concat[0].op_type == "ConvBNReluFusionOp"    # ASPP's 1x1 branch writes the concat
+    [chain] = [n for n in graph.nodes if n.op_type == "ConvChainFusionOp"]          # project -> classifier
+    assert (chain.attrs["first_op"], chain.attrs["second_op"], chain.attrs["emit_first"]) == ("ConvBNReluFusionOp", "Conv", 0)
+    for precision in ("fp32", "fp16"):
+        assert_matches_ort(model, graph, precision=precision)
+
+
+def covering(model, graph) -> dict:
+    """ONNX node name -> (ONNX op type, the kernel that computes it)."""
+    onnx_types = {n.name: n.op_type for n in model.graph.node}
+    return {name: (onnx_types.get(name), node) for node in graph.nodes for name in node.origin}
+
+
+def kernels_with(model, graph, *onnx_types) -> list:
+    """Kernels covering an ONNX node of each of `onnx_types`."""
+    cover = covering(model, graph)
+    found = [{id(k) for t, k in cover.values() if t == op} for op in onnx_types]
+    ids = set.intersection(*found)
+    return [n for n in graph.nodes if id(n) in ids]
+
+
+@pytest.mark.parametrize("exporter", cnn_blocks.EXPORTERS)
+def test_dense_blocks_shuffle_and_inception_head(cnn_exports, exporter):
+    model, graph, stats = cnn_exports("dense", exporter)
+    chunk = {"Slice": 2} if exporter == "torchscript" else {"Split": 1}     # ShuffleNet's x.chunk(2)
+    assert kernels(graph) == {"ConvBNReluFusionOp": 10, "AutofusedKernel": 7, "ConvChainFusionOp": 3,
+                              "MaxPool": 1, "ConvPoolFCFusionOp": 1, **chunk}
+    for name, (op, kernel) in covering(model, graph).items():
+        if op in ("Conv", "Concat", "Transpose", "AveragePool", "BatchNormalization"):
+            assert kernel.provenance.get("pass"), (name, kernel.op_type)        # in a fused kernel
+    assert stats["CanonicalizePass"].by_rewrite.get("ConcatPrefix", 0) >= 2
+    # each dense layer's conv2 writes the growing concat, and the next layer's BN + ReLU joins it
+    writes = kernels_with(model, graph, "Conv", "Concat", "BatchNormalization")
+    assert len(writes) == 4 and all(n.op_type == "AutofusedKernel" for n in writes)   # (block 2's last: a ReLU only)
+    assert len(kernels_with(model, graph, "Conv", "AveragePool")) == 1       # transition conv + AvgPool 2x2
+    shuffles = kernels_with(model, graph, "Conv", "Concat", "Transpose")
+    assert len(shuffles) == 2 and {n.op_type for n in shuffles} == {"ConvChainFusionOp"}   # dw -> pw -> shuffled concat
+    head = next(n for n in graph.nodes if n.op_type == "ConvPoolFCFusionOp")
+    assert head.attrs["concat_axis"] == 1 and head.attrs["concat_parts"] == 2      # the Inception-style head
+    for precision in ("fp32", "fp16"):
+        assert_matches_ort(model, graph, precision=precision)
+
+
+# -- misses, with their NF codes ----------------------------------------------------------------
+
+def _conv(net, x, cin, cout, k=1, **attrs):
+    return net.op("Conv", x, net.rand(cout, cin, k, k), net.rand(cout), pads=[k // 2] * 4, **attrs)
+
+
+def _misses(stats, pass_name):
+    return [(m.code, m.constraint) for m in stats[pass_name].misses]
+
+
+def test_a_plain_conv_says_why_it_stays_plain():
+    net = Net()
+    x = net.input("x", [1, 4, 8, 8])
+    y = net.op("MaxPool", _conv(net, x, 4, 4, 3), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    graph, stats = fuse_model(model := net.model(y))
+    assert op_types(graph) == ["Conv", "MaxPool"]
+    [(code, text)] = _misses(stats, "ConvBNReluFusionPass")
+    assert code == "NF2006" and "it feeds MaxPool" in text
+    assert stats["ConvBNReluFusionPass"].match_times == 0              # not a candidate, still explained
+    assert_matches_ort(model, graph)
+
+
+def test_conv_chain_needs_a_pointwise_second_conv():
+    net = Net()
+    x = net.input("x", [1, 4, 8, 8])
+    y = _conv(net, _conv(net, x, 4, 4, 3), 4, 4, 3)                   # 3x3 -> 3x3: halo needed
+    graph, stats = fuse_model(net.model(y))
+    assert op_types(graph) == ["Conv", "Conv"]
+    codes = {code for code, text in _misses(stats, "ConvChainFusionPass") if "only a 1x1 conv" in text}
+    assert codes == {"NF2003"}
+
+
+def test_squeeze_excite_misses():
+    def se(k, const_weight=True):
+        net = Net()
+        x = net.input("x", [2, 8, 4, 4])
+        pooled = net.op("GlobalAveragePool", x)
+        w1 = net.rand(4, 8, k, k) if const_weight else net.input("w1", [4, 8, k, k])
+        h = net.op("Relu", net.op("Conv", pooled, w1, net.rand(4), pads=[k // 2] * 4))
+        g = net.op("Sigmoid", net.op("Conv", h, net.rand(8, 4, 1, 1), net.rand(8)))
+        return net.model(net.op("Mul", x, g))
+
+    graph, stats = fuse_model(model := se(3))
+    [(code, text)] = _misses(stats, "SqueezeExcitationFusionPass")
+    assert code == "NF2003" and "unpadded 1x1 conv" in text
+    assert "SqueezeExcitationFusionOp" not in op_types(graph)
+    assert_matches_ort(model, graph)
+    graph, stats = fuse_model(se(1, const_weight=False))
+    assert [code for code, _ in _misses(stats, "SqueezeExcitationFusionPass")] == ["NF2002"]
+    graph, stats = fuse_model(model := se(1))
+    assert op_types(graph) == ["SqueezeExcitationFusionOp"] and graph.nodes[0].attrs["scale_input"] == 1
+    for precision in ("fp32", "fp16"):
+        assert_matches_ort(model, graph, precision=precision)
+
+
+def test_head_over_a_concat_along_another_axis_is_a_miss():
+    net = Net()
+    x, other = net.input("x", [1, 4, 6, 6]), net.input("o", [1, 8, 2, 6])
+    block = net.op("Concat", net.op("Relu", _conv(net, x, 4, 8, 3)), other, axis=2)
+    pooled = net.op("Flatten", net.op("GlobalAveragePool", block))
+    graph, stats = fuse_model(model := net.model(net.op("Gemm", pooled, net.rand(5, 8), net.rand(5), transB=1)))
+    [(code, text)] = _misses(stats, "ConvPoolFCFusionPass")
+    assert code == "NF2006" and "concat_axis" in text
+    assert_matches_ort(model, graph)
+
+
+def test_concat_prefix_keeps_a_concat_along_another_axis():
+    net = Net()
+    a, b, c = (net.input(n, [1, 2, 3, 3]) for n in "abc")
+    first = net.op("Concat", a, b, axis=1)
+    second = net.op("Concat", a, b, c, axis=2)                   # same operands, another axis: no prefix
+    graph, stats = fuse_model(model := net.model(first, second))
+    assert sorted(op_types(graph)) == ["Concat", "Concat"]
+    assert not stats["CanonicalizePass"].by_rewrite.get("ConcatPrefix")
+    assert_matches_ort(model, graph)
+
+
+def test_clip_merge_refuses_ranges_that_do_not_meet():
+    net = Net()
+    x = net.input("x", [2, 5])
+    y = net.op("Clip", net.op("Clip", x, net.const(np.float32(2.0)), net.const(np.float32(3.0))),
+               net.const(np.float32(-1.0)), net.const(np.float32(1.0)))
+    graph, stats = fuse_model(model := net.model(y), passes=[CanonicalizePass])
+    assert op_types(graph) == ["Clip", "Clip"] and not stats["CanonicalizePass"].by_rewrite
+    assert_matches_ort(model, graph)
+
+
+def test_swish_keeps_a_sigmoid_read_elsewhere():
+    net = Net()
+    x = net.input("x", [2, 5])
+    s = net.op("Sigmoid", x)
+    graph, stats = fuse_model(model := net.model(net.op("Mul", x, s), s), passes=[CanonicalizePass])
+    assert sorted(op_types(graph)) == ["Mul", "Sigmoid"]
+    assert_matches_ort(model, graph)
