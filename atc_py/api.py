@@ -26,7 +26,9 @@ from atc_py.options import NO_EFFECT_OPTIONS, AtcOptions
 from ge.errors import AtcError
 
 # Options whose list values join with "," (the rest of the node lists join with ";").
-_COMMA_LISTS = ("optypelist_for_implmode", "super_kernel_scope")
+_COMMA_LISTS = ("optypelist_for_implmode", "super_kernel_scope", "dynamic_batch_size")
+# Gear lists: [(224, 224), (448, 448)] -> "224,224;448,448"
+_GEAR_LISTS = ("dynamic_image_size", "dynamic_dims")
 _FIELDS = {f.name for f in dataclasses.fields(AtcOptions)} - {"no_effect", "warnings", "parsed"}
 
 
@@ -37,6 +39,9 @@ def _text(name: str, value: Any) -> str:
         if "true" in allowed:
             return "true" if value else "false"
         return "1" if value else "0"
+    if isinstance(value, (list, tuple)) and name in _GEAR_LISTS:
+        return ";".join(",".join(str(d) for d in gear) if isinstance(gear, (list, tuple)) else str(gear)
+                        for gear in value)
     if isinstance(value, (list, tuple)):
         return ("," if name in _COMMA_LISTS else ";").join(str(v) for v in value)
     if isinstance(value, dict) and name == "input_shape":
@@ -71,6 +76,8 @@ def run(options: AtcOptions, log=None):
         driver.run(options)
         return None
     result, fusion_report = driver.generate_om(options, log)
+    if options.gears is not None:
+        return gear_report_data(options, result, fusion_report)
     return report_data(options, result, fusion_report)
 
 
@@ -90,6 +97,34 @@ def compile(model, output: str, soc_version: str, framework: str = "5", log: Opt
                         framework=framework, log=log or "null", mode="0", **options)
     logger = None if log else Logger(level=4, quiet=True)
     return run(opts, logger)
+
+
+def gear_report_data(options: AtcOptions, geared, reports: list) -> dict:
+    """A gear model's report: every gear's report data under "gears" (with its values and
+    input shapes), and at the top level what the gears share (inputs and outputs with -1 for
+    the dims the gears change) plus the summed kernel counts."""
+    spec = geared.spec
+    gears = []
+    for index, (result, fusion_report) in enumerate(zip(geared.gears, reports)):
+        data = report_data(options, result, fusion_report)
+        data.update({"gear": list(spec.gears[index]),
+                     "input_shape": {n: list(d) for n, d in spec.shapes(index).items()}})
+        gears.append(data)
+
+    def merged(key: str) -> list:
+        entries = []
+        for k, entry in enumerate(gears[0][key]):
+            dims = [g[key][k]["shape"] for g in gears]
+            shape = [d[0] if len(set(d)) == 1 else -1 for d in zip(*dims)]
+            entries.append({**entry, "shape": shape})
+        return entries
+
+    first = gears[0]
+    return {"om": options.om_path, "soc_version": options.soc_version, "precision_mode": options.precision_mode,
+            "dynamic": {"flag": spec.flag, "gears": [list(g) for g in spec.gears], "input_shape": options.input_shape},
+            "inputs": merged("inputs"), "outputs": merged("outputs"),
+            "kernels_after": sum(g["kernels_after"] for g in gears),
+            "warnings": first["warnings"], "fusion_switch_mapped": first["fusion_switch_mapped"], "gears": gears}
 
 
 def report_data(options: AtcOptions, result, fusion_report) -> dict:

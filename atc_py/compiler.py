@@ -95,11 +95,13 @@ def apply_io_flags(graph: Graph, options: AtcOptions) -> dict:
     return io
 
 
-def prepare_graph(options: AtcOptions):
-    """Load, import, apply the I/O flags, run the generic passes and insert the Aipp ops;
-    returns (graph, changes, onnx node count, io)."""
-    model = load_model(options.model)
-    shapes = parse_input_shape(options.input_shape) if options.input_shape else {}
+def prepare_graph(options: AtcOptions, model=None, input_shape: Optional[str] = None):
+    """Load (unless `model` is given), import with `input_shape` (default --input_shape),
+    apply the I/O flags, run the generic passes and insert the Aipp ops; returns (graph,
+    changes, onnx node count, io)."""
+    model = model if model is not None else load_model(options.model)
+    input_shape = options.input_shape if input_shape is None else input_shape
+    shapes = parse_input_shape(input_shape) if input_shape else {}
     graph = import_model(model, shapes, options.input_format)
     apply_out_nodes(graph, options.out_nodes)
     io = apply_io_flags(graph, options)
@@ -136,13 +138,64 @@ def budget_for(soc_version: str) -> Budget:
 
 
 def compile_model(options: AtcOptions, build: bool = True) -> CompileResult:
+    """Compile a model of static shapes (a gear model: `compile_gears`)."""
     with use_budget(budget_for(options.soc_version)):
         return _compile(options, build)
 
 
-def _compile(options: AtcOptions, build: bool) -> CompileResult:
+@dataclass
+class GearedCompileResult:
+    """A gear model: one CompileResult per gear (same order as the flag gives them) and the
+    .om partitions holding them all (codegen/multi_batch.py)."""
+
+    spec: object                 # atc_py.gears.GearSpec
+    gears: list                  # CompileResult per gear
+    partitions: Optional[OmPartitions] = None
+
+    @property
+    def warnings(self) -> list:
+        seen, out = set(), []
+        for result in self.gears:            # the same flag warnings come from every gear: once
+            for warning in result.warnings:
+                if str(warning) not in seen:
+                    seen.add(str(warning))
+                    out.append(warning)
+        return out
+
+    @property
+    def switches(self) -> FusionSwitches:
+        return self.gears[0].switches
+
+    @property
+    def op_count(self) -> int:
+        return sum(len(r.graph.nodes) for r in self.gears)
+
+
+def compile_gears(options: AtcOptions, build: bool = True) -> GearedCompileResult:
+    """Compile every gear of --dynamic_batch_size / --dynamic_image_size / --dynamic_dims on
+    its own static shapes (each fused and priced on its shapes), then lay them out as GE's
+    multi-batch model."""
+    spec = options.gears
+    with use_budget(budget_for(options.soc_version)):
+        model = load_model(options.model)
+        results = [_compile(options, build=False, model=model, input_shape=spec.input_shape(i))
+                   for i in range(len(spec.gears))]
+    geared = GearedCompileResult(spec, results)
+    if build:
+        from codegen.multi_batch import GearGraph, GearLayout, build_gear_partitions
+        layout = GearLayout(spec.dynamic_type, [name for name, _ in spec.inputs],
+                            {name: dims for name, dims in spec.inputs if -1 in dims})
+        attrs = {**model_attrs(options, results[0].io), "input_shape": options.input_shape, spec.flag: spec.text}
+        name = os.path.basename(options.output) or results[0].graph.name
+        geared.partitions = build_gear_partitions(
+            [GearGraph(gear, r.graph, r.plan.dtype_of) for gear, r in zip(spec.gears, results)], layout, name,
+            options.soc_version, options.precision_mode, attrs, options.super_kernel_scope)
+    return geared
+
+
+def _compile(options: AtcOptions, build: bool, model=None, input_shape: Optional[str] = None) -> CompileResult:
     switches = switches_from_env(options)
-    graph, changes, onnx_nodes, io = prepare_graph(options)
+    graph, changes, onnx_nodes, io = prepare_graph(options, model, input_shape)
     unfused = graph.clone()
     results = run_passes(graph, pipeline.fusion_passes(switches))
     origin_types = {n.name: n.op_type for n in unfused.nodes}

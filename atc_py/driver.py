@@ -23,6 +23,8 @@ def generate_om(options: AtcOptions, log=None):
     from om_format.container import build_om
 
     log = log or atc_log.Logger.from_options(options)
+    if options.gears is not None:
+        return generate_gear_om(options, log)
     result = compile_model(options)
     for warning in result.warnings:
         log.warning(str(warning))
@@ -38,6 +40,34 @@ def generate_om(options: AtcOptions, log=None):
                         "--output")
         report.write_companions(result, options, log, out)
     return result, fusion_report
+
+
+def generate_gear_om(options: AtcOptions, log):
+    """A gear model: every gear compiled, fused and reported on its own shapes; one .om
+    holding them all.  Returns (GearedCompileResult, [FusionReport per gear])."""
+    from atc_py import report
+    from atc_py.compiler import compile_gears
+    from om_format.container import build_om
+
+    geared = compile_gears(options)
+    for warning in geared.warnings:
+        log.warning(str(warning))
+    for huawei, ours in sorted(geared.switches.mapped.items()):
+        log.info(f"--fusion_switch_file: Huawei pass [{huawei}] is taken as [{ours}].")
+    reports = []
+    for index, result in enumerate(geared.gears):
+        fusion_report = report.build_report(result, options.soc_version, options.precision_mode,
+                                            options.super_kernel_scope)
+        log.ge(report.gear_title(geared.spec, index))
+        report.print_report(fusion_report, log)
+        reports.append(fusion_report)
+    with Outputs() as out:
+        out.make_folder(os.path.dirname(os.path.abspath(options.om_path)), "--output")
+        out.write_bytes(options.om_path, build_om(geared.partitions.as_dict(), name=os.path.basename(options.output),
+                                                  ops=geared.op_count, platform_version=options.soc_version),
+                        "--output")
+        report.write_gear_companions(geared, options, log, out)
+    return geared, reports
 
 
 def om_to_json(options: AtcOptions) -> None:

@@ -6,6 +6,7 @@ from dataclasses import asdict
 
 from google.protobuf import json_format
 
+from codegen.gear_import import gear_summary
 from codegen.om_import import open_om
 from om_format.container import PartitionType
 
@@ -28,6 +29,9 @@ def om_to_dict(path: str) -> dict:
     }
     if tasks is not None:
         content["task_info"] = json_format.MessageToDict(tasks, preserving_proto_field_name=True)
+    gears = gear_summary(model)
+    if gears is not None:
+        content["gears"] = gears
     return content
 
 
@@ -42,6 +46,14 @@ def model_info(path: str) -> str:
              f"Is dynamic: {bool(h.is_unknow_model)}", f"Op count (header): {h.ops}", "Partitions:"]
     for ptype, data in sorted(om.partitions.items()):
         lines.append(f"  {PartitionType(ptype).name:<16} {len(data):>12} bytes")
+    gears = gear_summary(model)
+    if gears is not None:
+        lines.append(f"Dynamic gears (--{gears['flag']}): {len(gears['gears'])}, in subgraphs "
+                     f"{gears['subgraphs'][0]}..{gears['subgraphs'][-1]}")
+        for name, dims in gears["dynamic_inputs"].items():
+            lines.append(f"  input {name}: {','.join(map(str, dims))}")
+        for i, values in enumerate(gears["gears"]):
+            lines.append(f"  gear {i}: {','.join(map(str, values))}")
     counts = Counter(op.type for graph in model.graph for op in graph.op)
     lines.append("Op counts by type:")
     for op_type, count in sorted(counts.items()):

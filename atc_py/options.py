@@ -67,6 +67,11 @@ class AtcOptions:
     mode: str = "0"
     input_shape: str = ""
     input_format: str = "NCHW"
+    # gears (atc_py/gears.py) and run-time shape ranges: mutually exclusive
+    dynamic_batch_size: str = ""
+    dynamic_image_size: str = ""
+    dynamic_dims: str = ""
+    input_shape_range: str = ""
     out_nodes: str = ""
     log: str = "null"
     om: str = ""
@@ -93,7 +98,7 @@ class AtcOptions:
     # W-code warnings found while validating, printed by the driver
     warnings: list = field(default_factory=list)
     # config files parsed by validate(): keep_dtype, modify_mixlist, customize_dtypes,
-    # op_precision_mode, aipp
+    # op_precision_mode, aipp; and "gears", the GearSpec of a gear flag
     parsed: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -156,6 +161,7 @@ class AtcOptions:
         self._validate_dtype_flags()
         self._validate_impl_flags()
         self.parsed = parse_config_files(self)
+        self._validate_dynamic_shapes()
 
     # -- groups of checks --------------------------------------------------------------
 
@@ -209,6 +215,23 @@ class AtcOptions:
         if self.op_precision_mode and (self.op_select_implmode or self.optypelist_for_implmode):
             self.warnings.append(AtcWarning("W10103", "[--op_precision_mode] is given: [--op_select_implmode] and "
                                             "[--optypelist_for_implmode] are ignored, as in ATC."))
+
+    def _validate_dynamic_shapes(self) -> None:
+        from atc_py.gears import parse_gears
+        gears = parse_gears(self)                    # E10009 when combined with --input_shape_range
+        if gears is not None:
+            self.parsed["gears"] = gears
+        elif self.input_shape_range:
+            raise AtcError("E10001", f"Value [{self.input_shape_range}] for parameter [--input_shape_range] is "
+                           "invalid. Reason: run-time shape ranges are not supported by this build yet.",
+                           "Fix the shapes with --input_shape, or compile gears with --dynamic_batch_size, "
+                           "--dynamic_image_size or --dynamic_dims.")
+
+    @property
+    def gears(self):
+        """The GearSpec of --dynamic_batch_size/--dynamic_image_size/--dynamic_dims (after
+        validate()), or None for a model of one static shape."""
+        return self.parsed.get("gears")
 
     @property
     def om_path(self) -> str:

@@ -149,6 +149,25 @@ def fusion_result_json(result) -> dict:
     return {"session_and_graph_id_0_0": session}
 
 
+def gear_title(spec, index: int) -> str:
+    """The line naming a gear before its part of the report."""
+    shapes = "; ".join(f"{name}:{','.join(map(str, dims))}" for name, dims in spec.shapes(index).items())
+    return f"Gear {index} of {len(spec.gears)} (--{spec.flag} {','.join(map(str, spec.gears[index]))}): {shapes}"
+
+
+def gear_fusion_result_json(geared) -> dict:
+    """fusion_result.json of a gear model: GE fuses the root graph with its gear subgraphs
+    as one graph, so each pass's counts are summed over the gears."""
+    totals: dict = {}
+    for result in geared.gears:
+        for section, passes in fusion_result_json(result).get("session_and_graph_id_0_0", {}).items():
+            for name, entry in passes.items():
+                into = totals.setdefault(section, {}).setdefault(name, {k: "0" for k in entry})
+                for key, count in entry.items():
+                    into[key] = str(int(into.get(key, "0")) + int(count))
+    return {"session_and_graph_id_0_0": totals}
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "node"
 
@@ -223,6 +242,22 @@ def print_report(report: FusionReport, log) -> None:
     for miss in report.misses:
         log.debug(f"[GE] fusion miss {miss.code} {miss.reason_name}: pass {miss.pass_name}, anchor "
                   f"{miss.anchor}, ops {[t for _, t in miss.nodes]}: {miss.constraint}; tensors {miss.tensors}")
+
+
+def write_gear_companions(geared, options, log, out: Outputs) -> list:
+    """fusion_result.json (summed over the gears) and each gear's AUTOFUSE_DFX_FLAGS dumps in
+    a folder of its own (gear_<i>)."""
+    written = [out.write_json(FUSION_RESULT_FILE, gear_fusion_result_json(geared),
+                              f"the fusion result ({FUSION_RESULT_FILE} in the working folder)")]
+    flags = parse_env_flags(os.environ.get("AUTOFUSE_DFX_FLAGS", ""))
+    if flags.get("debug_dir"):
+        for index, result in enumerate(geared.gears):
+            files = write_debug_dumps(result, os.path.join(flags["debug_dir"], f"gear_{index}"),
+                                      flags.get("codegen_compile_debug") == "true", options.soc_version,
+                                      options.precision_mode, out)
+            written.extend(files)
+        log.info(f"Wrote {len(written) - 1} fusion debug file(s) to {flags['debug_dir']}.")
+    return written
 
 
 def write_companions(result, options, log, out: Outputs) -> list:

@@ -67,53 +67,85 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
     """`dtype_of` gives each kernel's compute dtype (default: the rule of `precision_mode`;
     atc passes the per-kernel plan of atc_py.precision)."""
     dtype_of = dtype_of or (lambda node: compute_dtype(node, precision_mode))
-    graph.topological_sort()
-    launched = [n for n in graph.nodes if not kernel_of(n.op_type).no_task]
-    super_kernel_of = {name: f"sk_{i}" for i, group in enumerate(super_kernel.plan(launched, super_kernel_scope))
-                       for name in group}
+    model = new_model_def(model_name, soc_version, precision_mode, extra_attrs)
+    weights = WeightsBuilder()
+    tasks = ModelTaskDef(version="atc_py-1", soc_version=soc_version, precision_mode=precision_mode)
+    lower_graph(graph, model.graph.add(name=graph.name), weights, tasks, dtype_of, super_kernel_scope)
+    tasks.weight_size = len(weights.bytes())
+    return OmPartitions(model, weights.bytes(), tasks, len(tasks.task))
+
+
+def new_model_def(model_name: str, soc_version: str, precision_mode: str, extra_attrs: Optional[dict]) -> ModelDef:
     model = ModelDef(name=model_name, version=1)
     om_attrs.set_attrs(model.attr, {"soc_version": soc_version, "precision_mode": precision_mode,
                                     "framework": "onnx", "producer": "atc_py", **(extra_attrs or {})})
-    g = model.graph.add(name=graph.name)
-    weights = WeightsBuilder()
+    return model
+
+
+@dataclass
+class Lowering:
+    """How one IR graph becomes one GraphDef: a suffix for every op name (GE's gear
+    subgraphs rename their ops `<name>_ascend_mbatch_batch_<i>`), attributes every op gets
+    (`_batch_label`), and the Data ops' own attributes."""
+
+    suffix: str = ""
+    op_attrs: Optional[dict] = None
+    data_attrs: Optional[Callable[[int, Value], dict]] = None
+    output_attrs: Optional[Callable[[int, Value], dict]] = None   # attrs of NetOutput's input i
+
+
+def lower_graph(graph: Graph, g, weights: WeightsBuilder, tasks: ModelTaskDef,
+                dtype_of: Callable[[Node], np.dtype], super_kernel_scope: str = "",
+                how: Optional[Lowering] = None) -> dict:
+    """Append `graph`'s ops to the GraphDef `g` (Data, Const, one op per node, NetOutput) and
+    its kernels to `tasks`; returns {id(value): "opName:index"} of the values it defined."""
+    how = how or Lowering()
+    suffix, common = how.suffix, dict(how.op_attrs or {})
+    graph.topological_sort()
+    launched = [n for n in graph.nodes if not kernel_of(n.op_type).no_task]
+    super_kernel_of = {name: f"sk_{i}{suffix}" for i, group in enumerate(super_kernel.plan(launched, super_kernel_scope))
+                       for name in group}
     refs: dict = {}   # id(value) -> "opName:index"
 
     for index, value in enumerate(graph.inputs):
-        op = g.op.add(name=value.name, type="Data", id=len(g.op))
-        om_attrs.set_attrs(op.attr, {"index": index})
+        op = g.op.add(name=value.name + suffix, type="Data", id=len(g.op))
+        data_attrs = {"index": index, **common, **(how.data_attrs(index, value) if how.data_attrs else {})}
+        om_attrs.set_attrs(op.attr, data_attrs)
         op.input_desc.add().CopyFrom(om_attrs.tensor_desc(value.name, value.desc.dtype, value.desc.shape,
                                                           value.desc.format))
         op.output_desc.add().CopyFrom(om_attrs.tensor_desc(value.name, value.desc.dtype, value.desc.shape,
                                                            value.desc.format))
-        refs[id(value)] = f"{value.name}:0"
-        g.input.append(value.name)
+        refs[id(value)] = f"{value.name}{suffix}:0"
+        g.input.append(value.name + suffix)
 
     def const_ref(value: Value) -> str:
         if id(value) not in refs:
             array = np.ascontiguousarray(value.const).reshape(np.shape(value.const))  # keeps 0-d scalars 0-d
             offset, size = weights.add_bytes(om_attrs.tensor_def(array).data)
-            op = g.op.add(name=value.name, type="Const", id=len(g.op))
+            op = g.op.add(name=value.name + suffix, type="Const", id=len(g.op))
             tensor = om_attrs.tensor_def(array, value.name)
             tensor.data = b""
             tensor.desc.data_offset, tensor.desc.weight_size = offset, size
             op.attr["value"].t.CopyFrom(tensor)
+            if common:
+                om_attrs.set_attrs(op.attr, common)
             out = op.output_desc.add()
             out.CopyFrom(tensor.desc)
-            refs[id(value)] = f"{value.name}:0"
+            refs[id(value)] = f"{value.name}{suffix}:0"
         return refs[id(value)]
 
-    tasks = ModelTaskDef(version="atc_py-1", soc_version=soc_version, precision_mode=precision_mode)
     for node in graph.nodes:
         kernel = kernel_of(node.op_type)
+        name = node.name + suffix
         inputs = [(i, v) for i, v in enumerate(node.inputs) if v is not None]
         in_refs = [const_ref(v) if v.is_const else refs[id(v)] for _, v in inputs]
-        op = g.op.add(name=node.name, type=kernel.om_type, id=len(g.op))
+        op = g.op.add(name=name, type=kernel.om_type, id=len(g.op))
         op.input.extend(in_refs)
         for _, v in inputs:
             op.input_desc.add().CopyFrom(om_attrs.tensor_desc(v.name, v.desc.dtype, v.desc.shape, v.desc.format))
         for i, v in enumerate(node.outputs):
             op.output_desc.add().CopyFrom(om_attrs.tensor_desc(v.name, v.desc.dtype, v.desc.shape, v.desc.format))
-            refs[id(v)] = f"{node.name}:{i}"
+            refs[id(v)] = f"{name}:{i}"
         dtype = dtype_of(node)
         attrs = dict(node.attrs)
         attrs["original_op_names"] = node.origin
@@ -125,29 +157,31 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
             attrs["relu_flag"] = True
         if node.name in super_kernel_of:
             attrs["_super_kernel"] = super_kernel_of[node.name]
+        attrs.update(common)
         om_attrs.set_attrs(op.attr, attrs)
         if not kernel.no_task:
-            task = tasks.task.add(id=len(tasks.task), type=0, stream_id=0, op_name=node.name,
+            task = tasks.task.add(id=len(tasks.task), type=0, stream_id=0, op_name=name,
                                   op_type=kernel.om_type, kernel_type=_kernel_type(kernel.op.kind),
                                   fusion_pass=node.provenance.get("pass", ""),
                                   compute_dtype=om_attrs.to_ge_dtype(dtype))
             task.inputs.extend(in_refs)
-            task.outputs.extend(f"{node.name}:{i}" for i in range(len(node.outputs)))
+            task.outputs.extend(f"{name}:{i}" for i in range(len(node.outputs)))
             task.origin_op_names.extend(node.origin)
             task.input_desc.extend(op.input_desc)
             if node.name in super_kernel_of:
                 task.attr["super_kernel"].CopyFrom(om_attrs.to_attr(super_kernel_of[node.name]))
             task.output_desc.extend(op.output_desc)
 
-    net = g.op.add(name="NetOutput", type="NetOutput", id=len(g.op))
-    for value in graph.outputs:
+    net = g.op.add(name="NetOutput" + suffix, type="NetOutput", id=len(g.op))
+    for i, value in enumerate(graph.outputs):
         net.input.append(const_ref(value) if value.is_const else refs[id(value)])
-        net.input_desc.add().CopyFrom(om_attrs.tensor_desc(value.name, value.desc.dtype, value.desc.shape,
-                                                           value.desc.format))
-    om_attrs.set_attrs(net.attr, {"_output_names": [v.name for v in graph.outputs]})
+        desc = net.input_desc.add()
+        desc.CopyFrom(om_attrs.tensor_desc(value.name, value.desc.dtype, value.desc.shape, value.desc.format))
+        if how.output_attrs:
+            om_attrs.set_attrs(desc.attr, how.output_attrs(i, value))
+    om_attrs.set_attrs(net.attr, {"_output_names": [v.name for v in graph.outputs], **common})
     g.output.extend(net.input)
-    tasks.weight_size = len(weights.bytes())
-    return OmPartitions(model, weights.bytes(), tasks, len(tasks.task))
+    return refs
 
 
 def _kernel_type(kind: OpKind) -> str:

@@ -29,7 +29,7 @@ from om_format.errors import OmFormatError
 from om_format.schema import ModelDef, ModelTaskDef
 
 _PRIVATE_ATTRS = ("original_op_names", "_fusion_pass", "_compute_dtype", "_input_slots", "relu_flag",
-                  "_super_kernel")
+                  "_super_kernel", "_batch_label", "mbatch-inserted-node")
 
 
 def _bad(message: str) -> AtcError:
@@ -68,6 +68,7 @@ class LoadedOm:
     task_def: Optional[ModelTaskDef]
     soc_version: str
     precision_mode: str
+    gears: Optional[object] = None   # codegen.gear_import.Gears of a gear model (graph = its gear 0)
 
 
 def _desc(td) -> TensorDesc:
@@ -153,11 +154,23 @@ def load_om_graph(path, param: str = "--model") -> LoadedOm:
 
 def _build_graph(opened: OpenedOm) -> LoadedOm:
     om, model = opened.om, opened.model_def
-    if len(model.graph) != 1:
+    if len(model.graph) != 1:        # a gear model (root + subgraphs) is codegen.gear_import's
         raise _bad(f"Expected one graph in the model, found {len(model.graph)}.")
     weights = om.partitions.get(PartitionType.WEIGHTS_DATA, b"")
     model_attrs = om_attrs.get_attrs(model.attr)
-    g = model.graph[0]
+    graph, compute_dtypes = graph_from_def(model.graph[0], weights)
+    task_def = opened.task_def
+    tasks = [t.op_name for t in task_def.task] if task_def is not None else []
+    known = {n.name for n in graph.nodes}
+    if any(name not in known for name in tasks):
+        raise _bad("The task list names an op that is not in the model.")
+    return LoadedOm(om, graph, compute_dtypes, tasks, task_def, str(model_attrs.get("soc_version", "")),
+                    str(model_attrs.get("precision_mode", "")))
+
+
+def graph_from_def(g, weights: bytes, input_name=lambda op: op.name) -> tuple:
+    """(IR graph, {node name: compute dtype}) of one GraphDef; `input_name` names the graph
+    input of each Data op (a gear subgraph's Data ops carry a suffix its inputs do not)."""
     graph = Graph(g.name or "graph")
     outputs: dict = {}       # "op:index" -> Value
     compute_dtypes: dict = {}
@@ -172,7 +185,7 @@ def _build_graph(opened: OpenedOm) -> LoadedOm:
         if op.type == "Data":
             if len(op.output_desc) != 1:
                 raise _bad(f"Data op [{op.name}] must have one output_desc.")
-            value = Value(op.name, _desc(op.output_desc[0]))
+            value = Value(input_name(op), _desc(op.output_desc[0]))
             value.graph = graph
             graph.inputs.append(value)
             outputs[f"{op.name}:0"] = value
@@ -215,10 +228,10 @@ def _build_graph(opened: OpenedOm) -> LoadedOm:
             for i, value in enumerate(out_values):
                 outputs[f"{op.name}:{i}"] = value
     if net_output is None:
-        raise _bad("The graph has no NetOutput op.")
+        raise _bad(f"The graph [{graph.name}] has no NetOutput op.")
     names = _names(om_attrs.get_attrs(net_output.attr), "_output_names", net_output.name)
     for i, ref in enumerate(net_output.input):
-        value = lookup(ref, "NetOutput")
+        value = lookup(ref, net_output.name)
         graph.outputs.append(value)
     if names and len(names) == len(graph.outputs):
         for value, name in zip(graph.outputs, names):
@@ -228,10 +241,4 @@ def _build_graph(opened: OpenedOm) -> LoadedOm:
         graph.verify(require_types=True)
     except InternalError as exc:       # for a graph read from a file, a broken invariant is the file's
         raise _bad(f"The model graph is inconsistent: {exc.message}.") from exc
-    task_def = opened.task_def
-    tasks = [t.op_name for t in task_def.task] if task_def is not None else []
-    known = {n.name for n in graph.nodes}
-    if any(name not in known for name in tasks):
-        raise _bad("The task list names an op that is not in the model.")
-    return LoadedOm(om, graph, compute_dtypes, tasks, task_def, str(model_attrs.get("soc_version", "")),
-                    str(model_attrs.get("precision_mode", "")))
+    return graph, compute_dtypes

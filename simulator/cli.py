@@ -18,6 +18,8 @@ import signal
 import sys
 import traceback
 
+import numpy as np
+
 from ge.errors import AtcError, AtcWarning
 from ge.limits import host_memory_exhausted
 from ge.files import Outputs, Terminated, cleanup_on_signals
@@ -111,6 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="", help="folder for op_summary_0.csv, op_statistic_0.csv and "
                    "msprof_0.json (Perfetto)")
     p.add_argument("--seed", default=0, type=int, help="seed of the random inputs (default 0)")
+    gears = p.add_argument_group("gear models (atc --dynamic_batch_size / --dynamic_image_size / --dynamic_dims); "
+                                 "without a choice, every gear runs in turn")
+    gears.add_argument("--dymBatch", default=None, type=_positive_int("--dymBatch"),
+                       help="the batch-size gear of a --dynamic_batch_size model")
+    gears.add_argument("--dymHW", default="", help='the image-size gear of a --dynamic_image_size model: "h,w"')
+    gears.add_argument("--dymDims", default="", help='the gear of its input shapes: "name:d1,d2;name2:d1,d2"')
+    gears.add_argument("--dymShape", default="", help='input shapes, "name:d1,d2;name2:d1,d2": for a gear model '
+                       "they name the gear")
+    gears.add_argument("--auto_set_dymdims_mode", default=False, type=_switch("--auto_set_dymdims_mode"),
+                       help="1: the gear of the --input .npy files' shapes")
+    gears.add_argument("--outputSize", default="", help="bytes of each output's buffer, comma-separated in output "
+                       "order: an output that needs more fails as ACL does")
     return p
 
 
@@ -141,12 +155,32 @@ def _validate(args) -> list:
     if args.profiler and not args.output:
         warnings.append(AtcWarning("W10112", "--profiler works with --output only (the profile goes to "
                                    "OUTPUT/profiler, as in ais_bench); ignored."))
+    chosen = [f for f in ("dymBatch", "dymHW", "dymDims", "dymShape") if getattr(args, f)]
+    if len(chosen) > 1 or (chosen and args.auto_set_dymdims_mode):
+        names = [f"--{f}" for f in chosen] + (["--auto_set_dymdims_mode"] if args.auto_set_dymdims_mode else [])
+        raise AtcError("E10001", f"Parameters {', '.join(names)} cannot be used together: each chooses the gear.",
+                       "Choose the gear once.")
+    if args.auto_set_dymdims_mode and not args.input:
+        raise AtcError("E10001", "--auto_set_dymdims_mode 1 takes the gear from the --input files, and no --input "
+                       "is given.", "Add --input with .npy files of one gear's shapes.")
+    args.output_sizes = _output_sizes(args.outputSize)
     for flag in ("output", "profile"):
         path = getattr(args, flag)
         if path and os.path.exists(path) and not os.path.isdir(path):
             raise AtcError("E10001", f"Value [{path}] for parameter [--{flag}] is invalid. Reason: it is a file, "
                            "not a folder.", f"Give a folder for --{flag}.")
     return warnings
+
+
+def _output_sizes(text: str) -> list:
+    if not text:
+        return []
+    values = [v.strip() for v in text.split(",")]
+    if not all(v.isascii() and v.isdigit() and int(v) > 0 for v in values):
+        raise AtcError("E10001", f"Value [{text}] for parameter [--outputSize] is invalid. Reason: it must be "
+                       "positive byte counts separated by commas, one per model output.", "For example "
+                       "--outputSize=10000,10000.")
+    return [int(v) for v in values]
 
 
 def _fmt_stats(s: dict) -> str:
@@ -184,6 +218,50 @@ class _Progress:
               end=end, file=sys.stderr, flush=True)
 
 
+def _run(args, warnings: list) -> int:
+    with Outputs() as out:   # outputs, summary and profile: all of them, or none
+        return _run_into(args, warnings, out)
+
+
+def _chosen_gear(args, session):
+    """The gear the flags choose (an index), None when they choose none; for a model
+    without gears, the flags must not ask for one."""
+    if session.gears is None:
+        for flag in ("dymBatch", "dymHW", "dymDims"):
+            if getattr(args, flag):
+                session._need_gears(f"--{flag}")          # raises: the model has no gears
+        if args.dymShape:
+            from simulator.session import parse_shapes
+            shapes = parse_shapes(args.dymShape, "--dymShape")
+            static = {v.name: list(v.desc.shape) for v in session.model.graph.inputs}
+            if any(static.get(name) != dims for name, dims in shapes.items()):
+                raise AtcError("E10001", f"--dymShape {args.dymShape}: the model's inputs have static shapes "
+                               f"{static}.", "Give the model's own shapes, or leave --dymShape out.")
+        return None
+    from simulator import runner
+    from simulator.session import parse_shapes
+    if args.dymBatch:
+        session._need_kind("dynamic_batch_size", "--dymBatch")
+        return runner.pick_gear(session._root, (args.dymBatch,))
+    if args.dymHW:
+        session._need_kind("dynamic_image_size", "--dymHW")
+        values = [v.strip() for v in args.dymHW.split(",")]
+        if len(values) != 2 or not all(v.isascii() and v.isdigit() for v in values):
+            raise AtcError("E10001", f"Value [{args.dymHW}] for parameter [--dymHW] is invalid. Reason: it must be "
+                           "height,width.", "For example --dymHW=224,224.")
+        return runner.pick_gear(session._root, tuple(int(v) for v in values))
+    for flag in ("dymDims", "dymShape"):
+        if getattr(args, flag):
+            return runner.gear_of_shapes(session._root, parse_shapes(getattr(args, flag), f"--{flag}"))
+    if args.auto_set_dymdims_mode:
+        return runner.gear_of_shapes(session._root, runner.npy_shapes(args.input, session.model.graph))
+    if args.input:
+        raise AtcError("E10001", f"The model has gears ({runner.gear_list(session.gears)}); with --input, say which "
+                       "one the files are.", "Add --dymBatch, --dymHW, --dymDims or --auto_set_dymdims_mode=1 "
+                       "(as ais_bench needs).")
+    return None
+
+
 def _inputs(args, session):
     from simulator import runner
     graph = session.model.graph
@@ -195,13 +273,7 @@ def _inputs(args, session):
     return runner.Dataset([runner.random_inputs(graph, args.seed)], ["pure_infer_data"], f"random (seed {args.seed})")
 
 
-def _run(args, warnings: list) -> int:
-    with Outputs() as out:   # outputs, summary and profile: all of them, or none
-        return _run_into(args, warnings, out)
-
-
 def _run_into(args, warnings: list, out: Outputs) -> int:
-    from simulator import runner
     from simulator.session import InferSession
 
     session = InferSession(args.model, args.soc_version or None)
@@ -209,21 +281,63 @@ def _run_into(args, warnings: list, out: Outputs) -> int:
     loaded = model.loaded
     for warning in warnings + session.warnings:
         print(f"[WARNING] {warning.render()}")
-    print(f"[INFO] load model {args.model} success: {len(loaded.tasks)} tasks, precision_mode "
+    tasks = sum(len(b.loaded.tasks) + 1 for b in session.gears.branches) if session.gears else len(loaded.tasks)
+    print(f"[INFO] load model {args.model} success: {tasks} tasks, precision_mode "
           f"{loaded.precision_mode or 'N/A'}, priced on {model.chip.soc_version}")
     if args.debug:
         print("\n".join(_io_table(session)))
+    chosen = _chosen_gear(args, session)
+    if session.gears is None:
+        runs = [None]
+    else:
+        runs = [chosen] if chosen is not None else list(range(len(session.gears.branches)))
+        print(f"[INFO] the model has {len(session.gears.branches)} --{session.gears.flag} gears; running "
+              + (f"gear {chosen}" if chosen is not None else "every gear in turn"))
+    out_dir = os.path.join(args.output, args.output_dirname) if args.output and args.output_dirname else args.output
+    summaries, exit_code = [], EXIT_OK
+    for gear in runs:
+        if gear is not None:
+            session.set_gear(gear)
+            print(f"[INFO] ----- {session.gears.describe(gear)} -----")
+        gear_dir = os.path.join(out_dir, f"gear_{gear}") if out_dir and len(runs) > 1 else out_dir
+        summary, code = _run_gear(args, warnings, session, out, gear_dir)
+        summaries.append(summary)
+        exit_code = max(exit_code, code)
+    summary = summaries[0]
+    if len(runs) > 1:     # every gear: the run's summary lists them
+        summary = {key: summary[key] for key in ("model", "soc_version", "precision_mode", "simulated", "loop",
+                                                 "warmup_count", "warnings")}
+        summary["gears"] = summaries
+        if args.compare:
+            summary["compare"] = {"onnx": args.compare, "passed": all(s["compare"]["passed"] for s in summaries)}
+    if out_dir:
+        if args.output_dirname:
+            summary_path = os.path.join(args.output, f"{args.output_dirname}_summary.json")
+        else:
+            summary_path = os.path.join(out_dir, "summary.json")
+        out.write_json(summary_path, summary, "--output")
+        print(f"[INFO] outputs and {os.path.basename(summary_path)} written to {out_dir}")
+    return exit_code
+
+
+def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tuple:
+    """One model (or one gear of it): every inference, the compare, the profile and the
+    performance summary; returns (summary dict, exit code)."""
+    from simulator import runner
+
+    model = session.model
+    loaded = model.loaded
     data = _inputs(args, session)
     print(f"[INFO] inputs: {data.source}" + (f" ({len(data.feeds)} inferences)" if len(data.feeds) > 1 else ""))
-
-    out_dir = os.path.join(args.output, args.output_dirname) if args.output and args.output_dirname else args.output
     ais_names = bool(args.output_dirname and args.output) or len(data.feeds) > 1
     progress = _Progress(len(data.feeds))
     results, written = [], []
+    session.reset_summary()
     for k, feeds in enumerate(data.feeds):
         outputs = session.infer(feeds, loop=args.loop, warmup_count=args.warmup_count if k == 0 else 0)
         result = session.last_result
         results.append(result)
+        _check_output_sizes(args.output_sizes, result.outputs)
         if args.debug:
             print(f"[DEBUG] model aclExec cost : {result.npu_time_ms['mean']:.6f} (simulated ms)")
         if out_dir:
@@ -250,11 +364,15 @@ def _run_into(args, warnings: list, out: Outputs) -> int:
         "inferences": len(data.feeds), "batchsize": batch, "NPU_compute_time": npu, "throughput": throughput,
         "H2D_latency": totals["H2D_latency"], "D2H_latency": totals["D2H_latency"],
         "host_wall_time": totals["host_wall_time"],
-        "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.datatype} for t in session.get_inputs()],
+        "inputs": [{"name": v.name, "shape": list(v.desc.shape), "dtype": str(np.dtype(v.desc.dtype))}
+                   for v in model.graph.inputs],
         "input_source": data.source,
         "outputs": [{"name": n, "shape": list(a.shape), "dtype": str(a.dtype)} for n, a in last.outputs.items()],
         "warnings": [w.render() for w in warnings + session.warnings],
     }
+    if model.gear is not None:
+        summary["gear"] = {"index": model.gear, "flag": model.gears.flag,
+                           "values": list(model.gears.branches[model.gear].values)}
     if args.compare:
         summary["compare"] = {"onnx": args.compare, "reference": "onnxruntime ORT_DISABLE_ALL, 1 thread",
                               "passed": all(c.passed for c in compares),
@@ -264,18 +382,13 @@ def _run_into(args, warnings: list, out: Outputs) -> int:
         profile_dirs.append(os.path.join(args.output, "profiler"))
     for directory in profile_dirs:
         from simulator.profile import write_profile
+        if model.gear is not None and len(session.gears.branches) > 1:
+            directory = os.path.join(directory, f"gear_{model.gear}")
         summary.setdefault("profile", write_profile(model, last.timings, directory, out))
         print(f"[INFO] profile written to {directory}")
-    if out_dir:
-        if written:
-            for entry in summary["outputs"]:
-                entry["file"] = written[-1][entry["name"]]
-        if args.output_dirname:
-            summary_path = os.path.join(args.output, f"{args.output_dirname}_summary.json")
-        else:
-            summary_path = os.path.join(out_dir, "summary.json")
-        out.write_json(summary_path, summary, "--output")
-        print(f"[INFO] outputs and {os.path.basename(summary_path)} written to {out_dir}")
+    if out_dir and written:
+        for entry in summary["outputs"]:
+            entry["file"] = written[-1][entry["name"]]
 
     print(f"[INFO] NPU_compute_time is SIMULATED by the {model.chip.soc_version} cost model "
           f"({len(last.timings)} tasks in stream order; no NPU used, deterministic so min = max)")
@@ -290,16 +403,31 @@ def _run_into(args, warnings: list, out: Outputs) -> int:
     print(f"[INFO] host wall time of the numpy run (ms): {_fmt_stats(totals['host_wall_time'])}")
 
     if not compares:
-        return EXIT_OK
+        return summary, EXIT_OK
     for c in compares:
         print(f"[INFO] compare output [{c.name}] with onnxruntime [{c.reference_name}]: {c.describe()}")
     failed = [c.name for c in compares if not c.passed]
     if failed:
         print(f"[ERROR] compare FAIL: output(s) {failed} differ from onnxruntime beyond tolerance "
               "(see simulator/COMPARE.md)")
-        return EXIT_COMPARE_FAIL
+        return summary, EXIT_COMPARE_FAIL
     print("[INFO] compare PASS")
-    return EXIT_OK
+    return summary, EXIT_OK
+
+
+def _check_output_sizes(sizes: list, outputs: dict) -> None:
+    """--outputSize: the bytes the caller allocated for each output; ACL fails an inference
+    whose output does not fit its buffer."""
+    if not sizes:
+        return
+    if len(sizes) != len(outputs):
+        raise AtcError("E10001", f"--outputSize gives {len(sizes)} size(s); the model has {len(outputs)} output(s) "
+                       f"{list(outputs)}.", "Give one size per output, in output order.")
+    for (name, array), size in zip(outputs.items(), sizes):
+        if array.nbytes > size:
+            raise AtcError("E10001", f"Output [{name}] needs {array.nbytes} bytes ({array.dtype} "
+                           f"{list(array.shape)}); --outputSize gives its buffer {size}.",
+                           "Give --outputSize at least the largest output size of the gears you run.")
 
 
 def main(argv=None) -> int:

@@ -59,7 +59,7 @@ def _tensor_cols(values, dtype) -> tuple:
 
 def op_summary_rows(model: Model, timings: list) -> list:
     """One dict per task, keys = OP_SUMMARY_COLUMNS."""
-    nodes = {n.name: n for n in model.graph.nodes}
+    nodes = model.task_nodes()
     rows = []
     for t in timings:
         node = nodes[t.name]
@@ -119,7 +119,7 @@ def trace_events(model: Model, timings: list) -> list:
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": pipe_tid[pipe], "args": {"name": pipe}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": pipe_tid[pipe],
                        "args": {"sort_index": 1000 + i}})
-    nodes = {n.name: n for n in model.graph.nodes}
+    nodes = model.task_nodes()
     for t in timings:
         node = nodes[t.name]
         cost = t.cost
@@ -152,7 +152,7 @@ CORE_TYPES = {"AI_CORE": "AI_CORE", "AI_VECTOR": "AI_VECTOR_CORE"}
 def op_statistic_rows(model: Model, timings: list) -> list:
     """One row per (op type, core type): how many tasks, their total/avg/min/max simulated
     time and their share of the whole stream; sorted by total time, largest first."""
-    nodes = {n.name: n for n in model.graph.nodes}
+    nodes = model.task_nodes()
     groups: dict = {}
     for t in timings:
         key = (_om_type(nodes[t.name]), CORE_TYPES.get(t.kernel_type, t.kernel_type))

@@ -19,7 +19,8 @@ from typing import Optional
 
 import numpy as np
 
-from codegen.om_import import LoadedOm, load_om_graph
+from codegen.gear_import import load_om_model
+from codegen.om_import import LoadedOm
 from ge.errors import AtcError
 from ge.ir import Graph, Value
 from ge.limits import KERNEL_TEMPORARIES, Budget, current_budget, tensor_bytes
@@ -47,31 +48,97 @@ def safe_name(name: str) -> str:
 
 @dataclass
 class Model:
-    """A loaded .om plus the chip it is priced on."""
+    """A loaded .om plus the chip it is priced on.  For a gear model, `gears` holds every
+    gear (codegen.gear_import.Gears) and `gear` the one this view runs (`for_gear`): its
+    graph is that gear's subgraph, run after the root graph's MapIndex picked it."""
 
     path: str
     loaded: LoadedOm
     chip: Chip
+    gear: Optional[int] = None
 
     @property
     def graph(self) -> Graph:
         return self.loaded.graph
 
+    @property
+    def gears(self):
+        return self.loaded.gears
+
     def dtype_of(self, node) -> np.dtype:
+        if node.name not in self.loaded.compute_dtypes and self.gears is not None:
+            return self.gears.index_dtypes[node.name]       # the root graph's MapIndex
         return self.loaded.compute_dtypes[node.name]
+
+    def task_nodes(self) -> dict:
+        """{name: node} of every task this view runs (a gear model's MapIndex included)."""
+        nodes = {n.name: n for n in self.graph.nodes}
+        if self.gears is not None:
+            nodes.update({n.name: n for n in self.gears.index_graph.nodes})
+        return nodes
+
+    def for_gear(self, index: int) -> "Model":
+        """The view of gear `index`: its subgraph, dtypes and tasks (the gears stay reachable)."""
+        branch = self.gears.branches[index].loaded
+        view = LoadedOm(branch.om, branch.graph, branch.compute_dtypes, branch.tasks, branch.task_def,
+                        branch.soc_version, branch.precision_mode, self.gears)
+        return Model(self.path, view, self.chip, index)
 
 
 def load_model(path: str, soc_version: str = "") -> Model:
     """Load the .om (E10003 if damaged) and the chip data: `soc_version` overrides the one
-    recorded in the .om."""
-    loaded = load_om_graph(path)
+    recorded in the .om.  A gear model comes back as the view of its first gear."""
+    loaded = load_om_model(path)
     soc = soc_version or loaded.soc_version
     if not soc:
         raise AtcError("E10001", f"The model [{path}] records no soc_version.",
                        "Pass --soc_version, e.g. --soc_version=Ascend910.")
-    model = Model(path, loaded, load_chip(soc))
-    check_budget(model, current_budget())
+    model = Model(path, loaded, load_chip(soc), 0 if loaded.gears is not None else None)
+    if model.gears is None:
+        check_budget(model, current_budget())
+    for index in range(len(model.gears.branches) if model.gears is not None else 0):
+        check_budget(model.for_gear(index), current_budget())
     return model
+
+
+def gear_list(gears) -> str:
+    """Every gear of a model, as the error messages list them."""
+    return "; ".join(gears.describe(i) for i in range(len(gears.branches)))
+
+
+def pick_gear(model: Model, values) -> int:
+    """The gear the root graph runs for these gear values: what ACL does with the values the
+    user sets (aclmdlSetDynamicBatchSize/HWSize/Dims fill ascend_mbatch_shape_data), then
+    the .om's own MapIndex kernel maps them to the index of the Case branch."""
+    gears = model.gears
+    width = gears.index_graph.inputs[0].desc.shape[0]
+    shape_data = np.asarray([int(v) for v in values], dtype=np.int32)
+    if shape_data.shape != (width,) or tuple(int(v) for v in values) not in gears.values:
+        raise AtcError("E10001", f"Gear {[int(v) for v in values]} is not one of the model's gears. The model's "
+                       f"--{gears.flag} gears are: {gear_list(gears)}.",
+                       "Pick one of the gears the model was compiled with.")
+    out = run_graph(gears.index_graph, {gears.shape_input: shape_data},
+                    lambda node: gears.index_dtypes[node.name])
+    return int(next(iter(out.values())))
+
+
+def gear_of_shapes(model: Model, shapes: dict) -> int:
+    """The gear whose input shapes are `shapes` ({input name: dims}; the inputs the gears
+    do not change may be left out); a clear error listing the gears when none is."""
+    gears = model.gears
+    given = {name: tuple(int(d) for d in dims) for name, dims in shapes.items()}
+    unknown = sorted(set(given) - {v.name for v in model.graph.inputs})
+    if unknown:
+        raise AtcError("E10001", f"Input(s) {unknown} are not inputs of the model; it has "
+                       f"{[v.name for v in model.graph.inputs]}.", "Name the model's inputs.")
+    for index in range(len(gears.branches)):
+        graph = gears.branches[index].loaded.graph
+        if all(tuple(v.desc.shape) == given[v.name] for v in graph.inputs if v.name in given) and \
+                all(name in given for name in gears.origin_dims):
+            return pick_gear(model, gears.branches[index].values)
+    text = "; ".join(f"{n}:{','.join(map(str, d))}" for n, d in given.items())
+    raise AtcError("E10001", f"Input shape(s) [{text}] match no gear of the model. Its --{gears.flag} gears are: "
+                   f"{gear_list(gears)}.", "Give inputs of one of the gears' shapes.")
 
 
 def check_budget(model: Model, budget: Budget) -> None:
@@ -279,6 +346,28 @@ def _checked(array: np.ndarray, value: Value, path: str) -> np.ndarray:
     return array
 
 
+def npy_shapes(spec: str, graph: Graph) -> dict:
+    """{input name: shape} of the first inference of `--input`, from the .npy headers alone
+    (ais_bench's --auto_set_dymdims_mode picks the gear from them, so it takes .npy only)."""
+    runs = dataset_files(spec, graph)
+    paths = runs[0] if runs is not None else _files_for(spec, graph)
+    shapes = {}
+    for value, path in zip(graph.inputs, paths):
+        if not path.lower().endswith(".npy"):
+            raise _input_error(path, "--auto_set_dymdims_mode reads the shapes from .npy headers; this is not .npy.",
+                               "Give .npy input files.")
+        with open_input(path, "--input", max_bytes=current_budget().file_bytes) as f:
+            try:
+                version = np.lib.format.read_magic(f)
+                read = np.lib.format.read_array_header_2_0 if version >= (2, 0) else \
+                    np.lib.format.read_array_header_1_0
+                shape, _, _ = read(f)
+            except Exception as exc:
+                raise _input_error(path, f"it has no readable .npy header ({exc}).", "Save it with np.save.") from None
+        shapes[value.name] = tuple(int(d) for d in shape)
+    return shapes
+
+
 def zero_inputs(graph: Graph) -> dict:
     """ais_bench's --pure_data_type zero: every input all zeros."""
     return {v.name: np.zeros(tuple(v.desc.shape), np.dtype(v.desc.dtype)) for v in graph.inputs}
@@ -323,6 +412,14 @@ def simulate_tasks(model: Model) -> list:
         shares = super_kernel_durations(model.chip, [costs[name] for name in members])
         durations.update(zip(members, shares))
     clock, timings = 0.0, []
+    if model.gears is not None:        # the root graph's MapIndex picks the gear first
+        gears = model.gears
+        index_cost = node_costs(gears.index_graph, model.chip, lambda node: gears.index_dtypes[node.name])
+        cost = index_cost[gears.index_task]
+        td = defs.get(gears.index_task)
+        timings.append(TaskTiming(int(td.id) if td else 0, int(td.stream_id) if td else 0, gears.index_task,
+                                  (td.kernel_type if td else "") or "AI_VECTOR", clock, cost, cost.total_us))
+        clock += cost.total_us
     for i, name in enumerate(model.loaded.tasks):
         td = defs.get(name)
         timings.append(TaskTiming(int(td.id) if td else i, int(td.stream_id) if td else 0, name,
@@ -378,6 +475,11 @@ def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
     if not 1 <= loop <= MAX_LOOP or not 0 <= warmup_count <= MAX_LOOP:
         raise AtcError("E10013", f"--loop must be in [1, {MAX_LOOP}] and --warmup_count in [0, {MAX_LOOP}] "
                        f"(got {loop}, {warmup_count}).", "Pass --loop=1 or more.")
+    if model.gears is not None:        # the shape data ACL sets selects this gear's subgraph
+        chosen = pick_gear(model, model.gears.branches[model.gear].values)
+        if chosen != model.gear:
+            raise AtcError("E10003", f"The model's MapIndex maps gear {model.gear} to subgraph {chosen}.",
+                           "The .om is damaged: regenerate it with atc.")
     for _ in range(warmup_count):
         _as_recorded(model, run_graph, model.graph, feeds, model.dtype_of)
     host, outputs = [], {}

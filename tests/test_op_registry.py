@@ -12,7 +12,7 @@ def test_every_onnx_op_has_one_kernel_built_on_its_own_opdef():
 
 
 # Ops GE inserts itself (not in an ONNX model, not made by fusion): their kernel module.
-INSERTED_OPS = {"Aipp": "codegen.aipp"}
+INSERTED_OPS = {"Aipp": "codegen.aipp", "MapIndex": "codegen.map_index"}
 
 
 def test_kernels_beyond_the_onnx_ops_are_fused_kernels_or_ops_ge_inserts():
