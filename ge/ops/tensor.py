@@ -271,11 +271,18 @@ def _indices_checker(op):
     return check
 
 
-def gather_compute(inputs, attrs):
-    data, indices = inputs[0], inputs[1]
-    axis = normalize_axis(int(attrs.get("axis", 0)), data.ndim)
-    _check_indices("Gather", indices, data.shape[axis], axis)
-    return [np.take(data, _fix_indices(indices, data.shape[axis]), axis=axis)]
+def _gather(op, take):
+    """The compute of Gather (np.take) or GatherElements (np.take_along_axis): indices checked
+    against the axis, negative ones counted from its end."""
+    def compute(inputs, attrs):
+        data, indices = inputs[0], inputs[1]
+        axis = normalize_axis(int(attrs.get("axis", 0)), data.ndim)
+        _check_indices(op, indices, data.shape[axis], axis)
+        return [take(data, _fix_indices(indices, data.shape[axis]), axis=axis)]
+    return compute
+
+
+gather_compute = _gather("Gather", np.take)
 
 
 def gather_infer(inputs, attrs):
@@ -287,11 +294,7 @@ def gather_infer(inputs, attrs):
 _reg("Gather", OpKind.INJECTIVE, gather_compute, gather_infer, check_values=_indices_checker("Gather"))
 
 
-def gather_elements_compute(inputs, attrs):
-    data, indices = inputs[0], inputs[1]
-    axis = normalize_axis(int(attrs.get("axis", 0)), data.ndim)
-    _check_indices("GatherElements", indices, data.shape[axis], axis)
-    return [np.take_along_axis(data, _fix_indices(indices, data.shape[axis]), axis=axis)]
+gather_elements_compute = _gather("GatherElements", np.take_along_axis)
 
 
 def gather_elements_infer(inputs, attrs):
