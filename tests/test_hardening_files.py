@@ -64,14 +64,16 @@ def _kind(path) -> int:
 
 # --------------------------------------------------------------------------- finding 2
 
-def test_f2_json_and_check_report_never_replace_a_device_fifo_or_socket(built, tmp_path):
+def test_f2_json_and_check_report_never_replace_a_device_fifo_or_socket(built, tmp_path, capsys, monkeypatch):
     model, om = built
+    monkeypatch.chdir(tmp_path)
     for path in _special_files(tmp_path):
         kind = _kind(path)
         for args in ([f"--om={om}", "--mode=1", f"--json={path}"],
                      [f"--model={model}", "--framework=5", "--mode=3", f"--check_report={path}"]):
-            result = run_tool("atc", args, str(tmp_path), timeout=60)
-            assert result.verdict == "coded" and "E13004" in result.codes, result.text
+            rc = cli.main(args)
+            text = capsys.readouterr().out
+            assert rc == 1 and "E13004" in text and "E19999" not in text, text
             assert _kind(path) == kind, f"{path} was replaced"
     assert leftovers(str(tmp_path)) == []
 
@@ -239,7 +241,7 @@ def test_f9_sigterm_at_any_moment_leaves_no_temp_file(tmp_path):
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3072])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4096])], [weight])
     model.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
-    for delay in (0.8, 1.2, 1.6, 2.0, 2.5):
+    for delay in (0.8, 1.4, 2.0):
         out = tmp_path / f"out{delay}"
         proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "cli.py"), f"--model={model}", "--framework=5",
                                  f"--output={out}/m", "--soc_version=Ascend910", "--precision_mode=force_fp32"],
