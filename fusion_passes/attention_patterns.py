@@ -1,35 +1,35 @@
-"""Walkers that read an attention block off the graph, from its Softmax outwards.
+"""Reading an attention block off the graph, from its Softmax outwards, by what it computes.
 
-Why walkers instead of fixed node lists: exporters differ in where they put the scale
-(on the scores or on Q and K), how they transpose K, whether QKV is one packed GEMM,
-and how they mask.  Each walker accepts the variants by what they compute (perms are
-composed, scalar scales multiplied, Reshape shapes read from the graph) and raises
-`Reject` with an NF code and the failed check in words when a piece does not fit.
+After canonicalization (fusion_passes/canonical/) an attention block is
+    scores = Q . K^T  [* scale]  [+ bias ...]  [Where(mask, scores, fill)]  -> Softmax [-> NaN guard]
+    out    = P . V -> views -> merged heads
+where Q, K and V are views of linear projections (possibly rotated by a RotaryEmbedding).
+The views are read with the view algebra (fusion_passes/layout.py), not matched op by op:
+for each operand the walker proves which projection columns every head reads, which
+batch and sequence rows, in which order -- so 4-D and 3-D head layouts, packed or separate
+QKV, heads taken by Split/Gather/Squeeze, GQA's repeated KV heads (a stride-0 axis) and any
+merge that writes the kernel's [B,S,H*D] order all read the same way.
+
+Each walker raises `Reject` (fusion_passes/base.py) with an NF code and the failed check
+in words when a piece does not fit; the pass turns it into the candidate's Miss.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import prod
 from typing import Optional
 
 import numpy as np
 
 from fusion_passes import reasons
-from fusion_passes.base import operands, producer, scalar_const
+from fusion_passes.base import Reject, producer, scalar_const
+from fusion_passes.canonical.softmax_guard import nan_guard
+from fusion_passes.layout import Layout, NotAffine, apply, trace_down, trace_up
+from fusion_passes.linear import Linear, linear_producing
 from ge.ir import Node, Value
 
-Q_PERM = (0, 2, 1, 3)    # [B,S,H,D] -> [B,H,S,D]   (Q and V)
-K_PERM = (0, 2, 3, 1)    # [B,S,H,D] -> [B,H,D,S]   (K transposed)
-MAX_SCORE_STEPS = 6      # scale / mask nodes between Q.K^T and Softmax
-
-
-class Reject(Exception):
-    """A structural candidate failed a check: NF code, the check in words, the nodes and
-    values involved."""
-
-    def __init__(self, code: str, constraint: str, nodes=(), values=()):
-        super().__init__(constraint)
-        self.code, self.constraint = code, constraint
-        self.nodes, self.values = list(nodes), list(values)
+MAX_SCORE_STEPS = 8      # scale / bias / mask nodes between Q.K^T and Softmax
+MAX_TERMS = 2            # additive terms the kernel takes (bias, mask)
 
 
 def _variable(value: Optional[Value]) -> bool:
@@ -41,7 +41,7 @@ def is_qk_matmul(node: Optional[Node]) -> bool:
             and all(_variable(v) for v in node.inputs))
 
 
-def find_qk(value: Value, depth: int = 4) -> Optional[Node]:
+def find_qk(value: Value, depth: int = 6) -> Optional[Node]:
     """A MatMul of two computed tensors at most `depth` producers above `value`: the loose
     test that a Softmax sits in an attention block at all."""
     frontier = [value]
@@ -58,22 +58,51 @@ def find_qk(value: Value, depth: int = 4) -> Optional[Node]:
     return None
 
 
-# -- scores: Q.K^T -> scale -> mask -> Softmax ----------------------------------------------
+def regroups_batch(node: Optional[Node]) -> bool:
+    """A Reshape that only regroups the batch axes of [.., rows, cols] scores (the flat
+    batch order, and so which head each matrix is, stays)."""
+    if node is None or node.op_type != "Reshape":
+        return False
+    src, out = node.inputs[0].desc.shape, node.outputs[0].desc.shape
+    return len(src) >= 2 and len(out) >= 2 and tuple(src[-2:]) == tuple(out[-2:])
+
+
+def probs_reader(softmax: Node):
+    """(P.V MatMul, nodes between) reading the Softmax's probabilities (through SDPA's NaN
+    guard when it is still there, and batch-regrouping views), or (None, [])."""
+    probs, between = softmax.outputs[0], []
+    where = nan_guard(softmax)
+    if where is not None and len(probs.uses) == 2:
+        between, probs = [where.inputs[0].producer, where], where.outputs[0]
+    while len(probs.uses) == 1 and not probs.is_graph_output and regroups_batch(probs.uses[0][0]):
+        between.append(probs.uses[0][0])
+        probs = probs.uses[0][0].outputs[0]
+    pv = next((user for user, i in probs.uses if user.op_type == "MatMul" and i == 0
+               and _variable(user.inputs[1])), None)
+    return pv, between
+
+
+# -- scores: Q.K^T -> scale -> additive terms -> Where mask -> Softmax ---------------------
 @dataclass
 class ScoreChain:
     qk: Node
     nodes: list = field(default_factory=list)     # between Q.K^T and Softmax
     scale: float = 1.0
-    mask_kind: str = "none"                       # an all-zero constant Add counts as none
-    mask: Optional[Value] = None                  # Add operand, or Where condition
-    mask_value: float = 0.0                       # Where's fill value
-    mask_inverted: bool = False                   # Where(cond, fill, scores)
+    terms: list = field(default_factory=list)     # (additive tensor, factor, scores batch axes
+                                                  # where it is added), in the order they are
+                                                  # added: a constant added before a scale s
+                                                  # is term * s added after it
+    where: Optional[Value] = None                 # bool condition of a Where mask
+    where_batch: tuple = ()                       # the scores batch axes where it applies
+    where_fill: float = 0.0
+    where_keep: bool = True                       # the scores are kept where the condition is True
 
 
 def walk_scores(start: Value) -> ScoreChain:
-    """Walk up from the Softmax input to the Q.K^T MatMul through scalar scales and one mask."""
+    """Up from the Softmax input to the Q.K^T MatMul through scalar scales, additive terms
+    (a constant term added before a scale is scaled with it) and one Where mask."""
     chain = ScoreChain(qk=None)
-    value, scale_seen = start, False
+    value, later_scale = start, 1.0            # the product of scales applied after this point
     while True:
         node = producer(value)
         if node is None:
@@ -84,310 +113,241 @@ def walk_scores(start: Value) -> ScoreChain:
         if len(chain.nodes) >= MAX_SCORE_STEPS:
             raise Reject(reasons.UNSUPPORTED_VARIANT,
                          f"scores: more than {MAX_SCORE_STEPS} nodes between Q.K^T and Softmax", [node])
-        if node.op_type in ("Mul", "Div"):
-            scores, factor = _scalar_scale(node, "scores")
+        chain.nodes.insert(0, node)
+        if regroups_batch(node):
+            value = node.inputs[0]
+        elif node.op_type in ("Mul", "Div"):
+            value, factor = _scalar_scale(node)
             chain.scale *= factor
-            scale_seen = True
-            value = scores
-        elif node.op_type == "Add" and _zero_add(node) is not None:
-            value = _zero_add(node)         # x + 0 (ViT dynamo's folded "no mask"): nothing to apply
-        elif node.op_type in ("Add", "Where"):
-            if chain.mask_kind != "none":
+            later_scale *= factor
+        elif node.op_type == "Add":
+            value = _term(node, chain, later_scale)
+        elif node.op_type == "Where":
+            if chain.where is not None or chain.terms:
                 raise Reject(reasons.UNSUPPORTED_VARIANT,
-                             f"mask: a second mask {node.op_type} {node.name}; the kernel applies one", [node])
-            if scale_seen:
-                raise Reject(reasons.UNSUPPORTED_VARIANT,
-                             f"mask: {node.op_type} {node.name} is applied before the scale; the kernel "
-                             "scales Q.K^T first, then masks", [node])
-            value = _mask(node, chain)
+                             f"mask: Where {node.name} is followed by another mask; the kernel applies one "
+                             "Where after its additive terms", [node])
+            value = _where(node, chain, later_scale)
         else:
             raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         f"scores: unexpected {node.op_type} {node.name} between Q.K^T and Softmax "
-                         "(only scalar Mul/Div scale, Add mask, Where mask)", [node])
-        chain.nodes.append(node)
+                         f"scores: {node.op_type} {node.name} between Q.K^T and Softmax is not a scalar scale, "
+                         "an additive bias/mask or a Where mask", [node], [node.outputs[0]])
+    if len(chain.terms) + (chain.where is not None) > MAX_TERMS:
+        raise Reject(reasons.UNSUPPORTED_VARIANT,
+                     f"scores: {len(chain.terms)} additive terms and {int(chain.where is not None)} Where mask; "
+                     f"the kernel takes at most {MAX_TERMS} (bias and mask)", chain.nodes,
+                     [t for t, _, _ in chain.terms] + ([chain.where] if chain.where is not None else []))
     return chain
 
 
-def _scalar_scale(node: Node, where: str):
-    """(scaled input, factor) of Mul/Div by a scalar constant, else Reject."""
+def _scalar_scale(node: Node):
+    """(scaled operand, factor) of a Mul/Div by a one-element constant."""
+    a, b = node.inputs
     if node.op_type == "Div":
-        c = scalar_const(node.inputs[1])
-        if c is None or not _variable(node.inputs[0]) or c == 0.0:
-            raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         f"{where} scale: divisor of Div {node.name} is not a non-zero scalar constant",
-                         [node], node.inputs)
-        return node.inputs[0], 1.0 / c
-    pair = operands(node, _variable)
-    c = scalar_const(pair.other) if pair else None
-    if c is None:
+        c = scalar_const(b)
+        if _variable(a) and c not in (None, 0.0):
+            return a, 1.0 / c
+    else:
+        for x, k in ((a, b), (b, a)):
+            c = scalar_const(k)
+            if _variable(x) and c is not None:
+                return x, c
+    raise Reject(reasons.UNSUPPORTED_VARIANT,
+                 f"scores: {node.op_type} {node.name} is not a scale by a one-element constant", [node], node.inputs)
+
+
+def _leads_to_qk(value: Value) -> bool:
+    return _variable(value) and find_qk(value, MAX_SCORE_STEPS) is not None
+
+
+def _term(node: Node, chain: ScoreChain, later_scale: float) -> Value:
+    """Record the additive term of Add `node`; returns the scores operand."""
+    leads = [v for v in node.inputs if _leads_to_qk(v)]
+    if len(leads) != 1:
         raise Reject(reasons.UNSUPPORTED_VARIANT,
-                     f"{where} scale: Mul {node.name} is not a multiplication by a scalar constant",
-                     [node], node.inputs)
-    return pair.first, c
+                     f"bias: cannot tell the scores from the added term in Add {node.name} "
+                     f"({len(leads)} operands come from a Q.K^T MatMul)", [node], node.inputs)
+    scores = leads[0]
+    term = node.inputs[1] if node.inputs[0] is scores else node.inputs[0]
+    if np.dtype(term.desc.dtype).kind != "f":
+        raise Reject(reasons.DTYPE_MISMATCH, f"bias: term {term.name} of Add {node.name} is not a float tensor",
+                     [node], [term])
+    if term.is_const and not np.any(term.const):
+        return scores                                        # + 0 (ViT dynamo's folded "no mask")
+    if later_scale != 1.0 and not term.is_const:
+        raise Reject(reasons.UNSUPPORTED_VARIANT,
+                     f"bias: {term.name} is added before the scale {later_scale:g}; the kernel adds its "
+                     "bias after scaling the scores", [node], [term])
+    chain.terms.insert(0, (term, later_scale, tuple(node.outputs[0].desc.shape[:-2])))
+    return scores
 
 
-def _broadcasts_to(shape, target) -> bool:
-    try:
-        return tuple(np.broadcast_shapes(tuple(shape), tuple(target))) == tuple(target)
-    except ValueError:
-        return False
-
-
-def _zero_add(node: Node) -> Optional[Value]:
-    """The computed operand of `Add(x, all-zero constant)` that keeps x's shape, else None."""
-    pair = operands(node, _variable)
-    if pair is None or not pair.other.is_const or np.any(pair.other.const):
-        return None
-    same = tuple(pair.first.desc.shape) == tuple(node.outputs[0].desc.shape)
-    return pair.first if same and pair.first.desc.dtype == node.outputs[0].desc.dtype else None
-
-
-def _mask(node: Node, chain: ScoreChain) -> Value:
-    """Record an Add or Where mask in `chain`; returns the scores operand."""
-    out_shape = node.outputs[0].desc.shape
-    if node.op_type == "Add":
-        leads = [v for v in node.inputs if _variable(v) and find_qk(v, MAX_SCORE_STEPS) is not None]
-        if len(leads) != 1:
-            raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         f"mask: cannot tell scores from mask in Add {node.name} "
-                         f"({len(leads)} operands come from a Q.K^T MatMul)", [node], node.inputs)
-        scores = leads[0]
-        mask = node.inputs[1] if node.inputs[0] is scores else node.inputs[0]
-        if not _broadcasts_to(mask.desc.shape, out_shape) or np.dtype(mask.desc.dtype).kind != "f":
-            raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         f"mask: additive mask {mask.name} {list(mask.desc.shape)} of Add {node.name} is not a "
-                         f"float tensor broadcasting to the scores {list(out_shape)}", [node], [mask])
-        chain.mask_kind, chain.mask = "add", mask
-        return scores
+def _where(node: Node, chain: ScoreChain, later_scale: float) -> Value:
     cond, a, b = node.inputs
-    if not (cond.is_const and cond.const.dtype == np.bool_):
-        raise Reject(reasons.UNSUPPORTED_VARIANT,
-                     f"mask: condition {cond.name} of Where {node.name} is not a constant bool tensor "
-                     "(only a constant causal mask is supported)", [node], [cond])
-    if not _broadcasts_to(cond.desc.shape, out_shape):
-        raise Reject(reasons.UNSUPPORTED_VARIANT,
-                     f"mask: condition {cond.name} {list(cond.desc.shape)} of Where {node.name} does not "
-                     f"broadcast to the scores {list(out_shape)}", [node], [cond])
+    if cond.desc.dtype is None or np.dtype(cond.desc.dtype) != np.bool_:
+        raise Reject(reasons.DTYPE_MISMATCH, f"mask: condition {cond.name} of Where {node.name} is not bool",
+                     [node], [cond])
     fill_a, fill_b = scalar_const(a), scalar_const(b)
-    if _variable(a) and fill_b is not None:
-        scores, fill, inverted = a, fill_b, False
-    elif _variable(b) and fill_a is not None:
-        scores, fill, inverted = b, fill_a, True
+    if _leads_to_qk(a) and fill_b is not None:
+        scores, fill, keep = a, fill_b, True
+    elif _leads_to_qk(b) and fill_a is not None:
+        scores, fill, keep = b, fill_a, False
     else:
         raise Reject(reasons.UNSUPPORTED_VARIANT,
                      f"mask: Where {node.name} must select between the scores and a scalar constant fill",
                      [node], node.inputs)
-    chain.mask_kind, chain.mask, chain.mask_value, chain.mask_inverted = "where_causal", cond, fill, inverted
+    chain.where, chain.where_fill, chain.where_keep = cond, fill * later_scale, keep
+    chain.where_batch = tuple(node.outputs[0].desc.shape[:-2])
     return scores
 
 
-# -- heads: projection -> Reshape [B,S,H,D] -> Transpose(s) -> Q.K^T / P.V -------------------
+# -- heads: projection -> views [-> RotaryEmbedding -> views] -> Q.K^T / P.V ---------------
 @dataclass
-class HeadPath:
-    nodes: list
-    heads: int
-    head_dim: int
-    scale: float
-    projected: Value          # the [B,S,H*D] tensor that was reshaped
+class Heads:
+    """What one operand of Q.K^T or P.V reads from its projection."""
+
+    role: str
+    linear: Linear
+    nodes: list               # views and RotaryEmbedding between the projection and the operand
+    rope: Optional[Node]
+    rope_layout: Optional[Layout]
+    batch: int                # B of the projection's [B, S, N] output
+    seq: int                  # S
+    dim: int                  # D (the head size this operand reads)
+    rows: np.ndarray          # per operand batch index (flattened): the projection's batch row
+    cols: np.ndarray          # per operand batch index: the first projection column of its head
+    batch_shape: tuple        # the operand's batch axes (before the [S,D] / [D,S] matrix)
 
 
-def compose(perms) -> tuple:
-    """Net permutation of Transposes applied in order."""
-    net = list(range(len(perms[0]))) if perms else [0, 1, 2, 3]
-    for perm in perms:
-        net = [net[j] for j in perm]
-    return tuple(net)
-
-
-def walk_heads(value: Value, role: str, want_perm: tuple) -> HeadPath:
-    """Walk up from a Q.K^T / P.V operand through Transposes and scalar scales to the head
-    Reshape; the Transposes must compose to `want_perm`."""
-    nodes, perms, scale = [], [], 1.0
-    while True:
-        node = producer(value)
-        if node is not None and node.op_type == "Transpose":
-            perms.insert(0, tuple(int(p) for p in node.attrs.get("perm", ())))
-            value = node.inputs[0]
-        elif node is not None and node.op_type in ("Mul", "Div") and len(nodes) < 8:
-            value, factor = _scalar_scale(node, role)
-            scale *= factor
-        elif node is not None and node.op_type == "Reshape":
-            break
-        else:
-            found = f"{node.op_type} {node.name}" if node is not None else f"input {value.name}"
-            raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         f"{role}: expected the head split Reshape [B,S,H,D] + Transpose, found {found}",
-                         nodes + ([node] if node is not None else []))
-        nodes.append(node)
-    nodes.append(node)
-    src, dst = node.inputs[0].desc.shape, node.outputs[0].desc.shape
-    if len(src) != 3 or len(dst) != 4 or tuple(src[:2]) != tuple(dst[:2]) or dst[2] * dst[3] != src[2]:
-        raise Reject(reasons.UNSUPPORTED_VARIANT,
-                     f"{role}: Reshape {node.name} {list(src)} -> {list(dst)} is not a head split "
-                     "[B,S,H*D] -> [B,S,H,D]", [node], [node.inputs[0], node.outputs[0]])
-    if any(len(p) != 4 for p in perms) or compose(perms) != tuple(want_perm):
-        raise Reject(reasons.UNSUPPORTED_VARIANT,
-                     f"{role}: head Transposes {[list(p) for p in perms]} compose to "
-                     f"{list(compose(perms)) if perms else 'no transpose'}, expected {list(want_perm)}",
-                     nodes)
-    return HeadPath(nodes, int(dst[2]), int(dst[3]), scale, node.inputs[0])
-
-
-# -- projections: x @ W (+ b) [-> Split / Slice of a packed QKV] ----------------------------
-@dataclass
-class Projection:
-    nodes: list
-    x: Value
-    weight: Value             # constant [hidden, n] ([n, hidden] when trans_b)
-    bias: Optional[Value]     # [n] constant (any shape of n elements on the last axis) or None
-    start: int                # the columns of weight/bias this branch uses
-    stop: int
-    trans_b: bool = False     # Gemm transB=1
-    alpha: float = 1.0        # Gemm alpha (scales x @ W) and beta (scales the bias)
-    beta: float = 1.0
-
-    @property
-    def plain(self) -> bool:
-        """The graph's weight/bias constants are the kernel's as they are (no transB/alpha/beta)."""
-        return not self.trans_b and self.alpha == 1.0 and self.beta == 1.0
-
-    def matrix(self) -> np.ndarray:
-        """The effective [hidden, n] weight, Gemm's transB and alpha folded in."""
-        w = self.weight.const.T if self.trans_b else self.weight.const
-        return w if self.alpha == 1.0 else (w.astype(np.float64) * self.alpha).astype(w.dtype)
-
-    def bias_vector(self) -> Optional[np.ndarray]:
-        """The effective [n] bias, Gemm's beta folded in."""
-        if self.bias is None:
-            return None
-        b = self.bias.const.reshape(-1)
-        return b if self.beta == 1.0 else (b.astype(np.float64) * self.beta).astype(b.dtype)
-
-
-def walk_projection(value: Value, role: str) -> Projection:
-    """Up from the head Reshape's input to the projection: MatMul(x, W) (+ bias Add), or the
-    Conv1D form Reshape[B*S,hidden] -> Gemm(W, C) -> Reshape[B,S,n] (a MatMul on flattened
-    rows: the two Reshapes are views), optionally then Split/Slice of a packed QKV."""
+def read_heads(value: Value, role: str, seq_axis: int, dim_axis: int) -> Heads:
+    """Which projection rows and columns the Q.K^T / P.V operand `value` reads."""
+    rope = rope_layout = None
     nodes: list = []
-    node = producer(value)
-    start = stop = None
-    if node is not None and node.op_type in ("Split", "Slice"):
-        start, stop = _packed_columns(node, value, role)
-        nodes.append(node)
-        value = node.inputs[0]
-        node = producer(value)
-    if node is not None and node.op_type == "Reshape":
-        return _gemm_bracket(node, nodes, role, start, stop)
-    bias = None
+    try:
+        chain = trace_up(value)
+        nodes, layout, source = list(chain.nodes), chain.layout, chain.source
+        if source.producer is not None and source.producer.op_type == "RotaryEmbedding":
+            rope = source.producer
+            inner = trace_up(rope.inputs[0])
+            rope_layout = inner.layout
+            layout = chain.replay(inner.layout)        # the rotation keeps positions: a view's view
+            nodes = inner.nodes + [rope] + nodes
+            source = inner.source
+    except NotAffine as err:
+        raise Reject(reasons.UNSUPPORTED_VARIANT, f"{role}: the head views are not a strided view of the "
+                     f"projection ({err})", nodes, [value])
+    linear = _projection(source, role, nodes)
+    shape = tuple(source.desc.shape)
+    if len(shape) != 3:
+        raise Reject(reasons.SHAPE_MISMATCH, f"{role}: projection output {source.name} {list(shape)} is not "
+                     "[B, S, N]", nodes + linear.nodes, [source])
+    batch, seq, width = shape
+    op_shape = layout.shape
+    dim, seq_len = op_shape[dim_axis], op_shape[seq_axis]
+    dim_pieces, seq_pieces = layout.axis(dim_axis % len(op_shape)), layout.axis(seq_axis % len(op_shape))
+    if dim_pieces != (((dim, 1),) if dim > 1 else ()) or seq_len != seq or \
+            seq_pieces != (((seq, width),) if seq > 1 else ()):
+        raise Reject(reasons.UNSUPPORTED_VARIANT,
+                     f"{role}: operand {value.name} {list(op_shape)} does not read whole [S, D] head matrices of "
+                     f"the projection {source.name} {list(shape)} (sequence axis reads {list(seq_pieces)}, "
+                     f"head axis {list(dim_pieces)} as (size, stride) pieces)", nodes, [value, source])
+    batch_axes = [k for k in range(len(op_shape)) if k not in (seq_axis % len(op_shape), dim_axis % len(op_shape))]
+    offsets = Layout(layout.offset, tuple(layout.axes[k] for k in batch_axes)).indices().reshape(-1)
+    rows, rest = np.divmod(offsets, seq * width)
+    if np.any(rest >= width):
+        raise Reject(reasons.UNSUPPORTED_VARIANT, f"{role}: operand {value.name} starts inside the sequence",
+                     nodes, [value])
+    return Heads(role, linear, nodes, rope, rope_layout, batch, seq, dim, rows, rest,
+                 tuple(op_shape[k] for k in batch_axes))
+
+
+def _projection(source: Value, role: str, nodes: list) -> Linear:
+    linear = linear_producing(source)
+    if linear is not None:
+        return linear
+    node = source.producer
+    found = f"{node.op_type} {node.name}" if node is not None else f"input {source.name}"
+    mm = node if node is not None and node.op_type in ("MatMul", "Gemm") else None
     if node is not None and node.op_type == "Add":
-        pair = operands(node, lambda v: producer(v, "MatMul") is not None)
-        if pair is None:
+        mm = next((v.producer for v in node.inputs if v is not None and producer(v, "MatMul") is not None), None)
+    if mm is not None and not mm.inputs[1].is_const:
+        raise Reject(reasons.NON_CONSTANT, f"{role} projection: weight {mm.inputs[1].name} of {mm.op_type} "
+                     f"{mm.name} is not a constant", nodes + [mm], [mm.inputs[1]])
+    if mm is not None and mm.op_type == "Gemm":
+        raise Reject(reasons.UNSUPPORTED_ATTRIBUTE, f"{role} projection: Gemm {mm.name} with transA=1 is not a "
+                     "linear layer on rows", nodes + [mm], [mm.inputs[0]])
+    if node is not None and node.op_type in ("Mul", "Div"):
+        c = next((scalar_const(v) for v in node.inputs if scalar_const(v) is not None), None)
+        if c is not None:
+            factor = 1.0 / c if node.op_type == "Div" and c else c
             raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         f"{role} projection: Add {node.name} has no MatMul operand", [node])
-        mm_out, bias = pair
-        if not bias.is_const:
-            raise Reject(reasons.NON_CONSTANT, f"{role} projection: bias {bias.name} of Add {node.name} "
-                         "is not a constant", [node], [bias])
-        nodes.append(node)
-        node = mm_out.producer
-    if node is None or node.op_type != "MatMul":
-        found = f"{node.op_type} {node.name}" if node is not None else f"input {value.name}"
+                         f"{role} is scaled by {factor:g}"
+                         + (": a scale on V scales the output, not the scores, and the kernel has no output scale"
+                            if role == "V" else " between its projection and its head views"),
+                         nodes + [node], [source])
+    raise Reject(reasons.UNSUPPORTED_VARIANT,
+                 f"{role}: expected a linear projection (MatMul by a constant weight [+ bias]) before the head "
+                 f"views, found {found}", nodes + ([node] if node is not None else []), [source])
+
+
+def head_columns(heads: Heads, batch_index: np.ndarray, n_heads: int) -> np.ndarray:
+    """The first column of each of the n_heads heads, checking that operand batch index i
+    is (batch i // n_heads, head i % n_heads) and every batch row uses the same columns."""
+    rows, cols = heads.rows[batch_index], heads.cols[batch_index]
+    expect_rows = np.arange(rows.size) // n_heads
+    if not np.array_equal(rows, expect_rows):
         raise Reject(reasons.UNSUPPORTED_VARIANT,
-                     f"{role} projection: expected MatMul(+bias Add), or Reshape -> Gemm -> Reshape, "
-                     f"before the head Reshape, found {found}",
-                     nodes + ([node] if node is not None else []))
-    nodes.append(node)
-    x, weight = node.inputs
-    if not weight.is_const:
-        raise Reject(reasons.NON_CONSTANT, f"{role} projection: weight {weight.name} of MatMul {node.name} "
-                     "is not a constant", nodes, [weight])
-    n = weight.desc.shape[-1]
-    if weight.const.ndim != 2 or len(x.desc.shape) != 3:
-        raise Reject(reasons.SHAPE_MISMATCH, f"{role} projection: MatMul {node.name} is not "
-                     "[B,S,hidden] x [hidden, n]", nodes, [x, weight])
-    _check_bias(bias, n, role, nodes)
-    if start is None:
-        start, stop = 0, n
-    return Projection(nodes, x, weight, bias, start, stop)
+                     f"{heads.role}: its batch index does not run over (batch, head) with the batch outermost "
+                     f"(rows {rows[:8].tolist()}...)", heads.nodes, [])
+    per_batch = cols.reshape(-1, n_heads)
+    if not np.all(per_batch == per_batch[:1]):
+        raise Reject(reasons.UNSUPPORTED_VARIANT, f"{heads.role}: batch rows read different head columns",
+                     heads.nodes, [])
+    return per_batch[0]
 
 
-def _check_bias(bias: Optional[Value], n: int, role: str, nodes: list) -> None:
-    if bias is not None and (bias.const.size != n or bias.const.shape[-1] != n):
-        raise Reject(reasons.SHAPE_MISMATCH, f"{role} projection: bias {bias.name} "
-                     f"{list(bias.desc.shape)} is not one value per output column ({n})", nodes, [bias])
-
-
-def _gemm_bracket(unflatten: Node, nodes: list, role: str, start, stop) -> Projection:
-    """GPT-2's Conv1D linear: Reshape [B,S,hidden]->[B*S,hidden] -> Gemm -> Reshape ->[B,S,n]."""
-    nodes.append(unflatten)
-    flat = unflatten.inputs[0]
-    gemm = producer(flat)
-    if gemm is None or gemm.op_type != "Gemm":
-        found = f"{gemm.op_type} {gemm.name}" if gemm is not None else f"input {flat.name}"
+def kv_groups(cols: np.ndarray, role: str, nodes: list) -> tuple:
+    """(KV heads, group size) when query head j reads KV head j // group: consecutive query
+    heads share a KV head (GQA's repeat_interleave), and the groups are distinct heads."""
+    distinct = list(dict.fromkeys(cols.tolist()))
+    heads = len(cols)
+    if heads % len(distinct):
+        raise Reject(reasons.SHAPE_MISMATCH, f"{role}: {len(distinct)} KV heads do not divide {heads} query heads",
+                     nodes, [])
+    group = heads // len(distinct)
+    if not np.array_equal(cols, np.repeat(cols[::group], group)) or len(set(cols[::group].tolist())) != len(distinct):
         raise Reject(reasons.UNSUPPORTED_VARIANT,
-                     f"{role} projection: Reshape {unflatten.name} must unflatten the rows of a Gemm "
-                     f"(Reshape -> Gemm -> Reshape), found {found}", nodes + ([gemm] if gemm else []), [flat])
-    nodes.append(gemm)
-    rows, out = flat.desc.shape, unflatten.outputs[0].desc.shape
-    if len(rows) != 2 or len(out) != 3 or out[-1] != rows[-1] or out[0] * out[1] != rows[0]:
-        raise Reject(reasons.SHAPE_MISMATCH,
-                     f"{role} projection: Reshape {unflatten.name} {list(rows)} -> {list(out)} is not "
-                     "[B*S,n] -> [B,S,n]", nodes, [flat, unflatten.outputs[0]])
-    if int(gemm.attrs.get("transA", 0)):
-        raise Reject(reasons.UNSUPPORTED_ATTRIBUTE, f"{role} projection: Gemm {gemm.name} has transA=1 "
-                     "(the kernel reads x row-major)", nodes, [gemm.inputs[0]])
-    a, weight = gemm.inputs[0], gemm.inputs[1]
-    bias = gemm.inputs[2] if len(gemm.inputs) > 2 else None
-    for what, v in (("weight", weight), ("bias C", bias)):
-        if v is not None and not v.is_const:
-            raise Reject(reasons.NON_CONSTANT, f"{role} projection: {what} {v.name} of Gemm {gemm.name} "
-                         "is not a constant", nodes, [v])
-    flatten = producer(a, "Reshape")
-    x = flatten.inputs[0] if flatten is not None else a
-    if flatten is None or tuple(x.desc.shape) != (out[0], out[1], a.desc.shape[-1]):
-        found = f"{list(x.desc.shape)} from {a.producer.op_type if a.producer else 'input'} {a.name}"
-        raise Reject(reasons.UNSUPPORTED_VARIANT,
-                     f"{role} projection: Gemm {gemm.name} input A must be a Reshape of [B,S,hidden] "
-                     f"= [{out[0]},{out[1]},{a.desc.shape[-1]}] to [B*S,hidden], found {found}",
-                     nodes + ([flatten] if flatten else []), [a, x])
-    if len(a.uses) == 1 and not a.is_graph_output:
-        nodes.append(flatten)          # else the view stays for its other readers
-    trans_b = bool(int(gemm.attrs.get("transB", 0)))
-    n = weight.desc.shape[0] if trans_b else weight.desc.shape[-1]
-    if weight.const.ndim != 2 or n != rows[-1]:
-        raise Reject(reasons.SHAPE_MISMATCH, f"{role} projection: Gemm {gemm.name} weight "
-                     f"{list(weight.desc.shape)} (transB={int(trans_b)}) is not [hidden, n]", nodes, [weight])
-    _check_bias(bias, n, role, nodes)
-    if start is None:
-        start, stop = 0, n
-    return Projection(nodes, x, weight, bias, start, stop, trans_b,
-                      float(gemm.attrs.get("alpha", 1.0)), float(gemm.attrs.get("beta", 1.0)))
+                     f"{role}: query heads map to KV head columns {cols.tolist()}, not in groups of {group} "
+                     "consecutive heads (the kernel reads KV head h // group)", nodes, [])
+    return len(distinct), group
 
 
-def _packed_columns(node: Node, value: Value, role: str) -> tuple:
-    """The last-axis column range a Split output / Slice takes from the packed QKV tensor."""
-    shape = node.inputs[0].desc.shape
-    rank = len(shape)
-    if node.op_type == "Split":
-        axis = int(node.attrs.get("axis", 0))
-        split = node.attrs.get("split")
-        if split is None or len(split) == 0:
-            n = len(node.outputs)
-            chunk = -(-shape[axis] // n)
-            split = [min(chunk, max(shape[axis] - i * chunk, 0)) for i in range(n)]
-        split = [int(s) for s in split]
-        start = sum(split[:value.index])
-        stop = start + split[value.index]
-        axes = [axis]
-    else:
-        starts, ends = list(node.attrs.get("starts", [])), list(node.attrs.get("ends", []))
-        axes = list(node.attrs.get("axes") or range(len(starts)))
-        steps = list(node.attrs.get("steps") or [1] * len(starts))
-        if len(starts) != 1 or int(steps[0]) != 1:
-            raise Reject(reasons.UNSUPPORTED_VARIANT, f"{role}: Slice {node.name} of the packed QKV must "
-                         "cut one axis with step 1", [node])
-        start, stop, _ = slice(int(starts[0]), int(ends[0])).indices(shape[int(axes[0]) % rank])
-    if [int(a) % rank for a in axes] != [rank - 1]:
-        raise Reject(reasons.UNSUPPORTED_VARIANT, f"{role}: {node.op_type} {node.name} of the packed QKV "
-                     f"is not on the last axis", [node])
-    return start, stop
+# -- merge: P.V -> views -> [B, S, H*Dv] ---------------------------------------------------
+def merge_heads(pv: Node, batch: int, heads: int, seq: int, dim: int):
+    """(nodes, output) of the views after P.V whose result is the kernel's [B, S, H*Dv]
+    output, read as one of its reshapes; the longest such chain."""
+    ctx = pv.outputs[0]
+    chain = trace_down(ctx, stop=lambda node: False)
+    kernel = Layout(0, (((batch, heads * seq * dim),), ((seq, dim),), ((heads, seq * dim), (dim, 1))))
+    layout = Layout.of_shape(ctx.desc.shape)
+    prefixes = [(0, ctx, layout)]
+    for i, node in enumerate(chain.nodes):
+        layout = apply(layout, node, node.outputs[0])
+        prefixes.append((i + 1, node.outputs[0], layout))
+    for count, value, layout in reversed(prefixes):
+        try:
+            if kernel.reshape(value.desc.shape).flat() == layout.flat():
+                return chain.nodes[:count], value
+        except NotAffine:
+            continue
+    raise Reject(reasons.UNSUPPORTED_VARIANT,
+                 f"merge heads: no view of the P.V output {ctx.name} {list(ctx.desc.shape)} "
+                 f"({', '.join(n.op_type for n in chain.nodes) or 'none'} after it) is the heads merged as "
+                 f"[B, S, H*Dv] = [{batch}, {seq}, {heads * dim}]", [pv] + chain.nodes, [ctx])
+
+
+def batch_index(operand_batch: tuple, scores_batch: tuple) -> np.ndarray:
+    """Operand batch index of every scores batch index (MatMul broadcasts batch axes)."""
+    grid = np.arange(prod(operand_batch), dtype=np.int64).reshape(operand_batch) if operand_batch \
+        else np.zeros((), np.int64)
+    return np.broadcast_to(grid, scores_batch).reshape(-1)

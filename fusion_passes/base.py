@@ -4,9 +4,13 @@ the one pass contract (`ge.passes.contract.GraphPass`).
 A pass subclasses `FusionPass` and implements `match(graph, anchor)`, which returns
 - `None` when the anchor does not start the pattern at all (not counted),
 - a `Miss` when the structure matched but a constraint failed (counted in match_times,
-  recorded with its reason for the report, `--log=debug` and the failure dumps),
+  recorded with its reason for the report, `--log=debug` and the failure dumps); helpers
+  deep inside a pattern raise `Reject` instead, which `candidates` turns into the same
+  Miss for the anchor -- one way to fail, with an NF code, whoever finds the problem,
 - a `Match` (the pass's own subclass, with typed fields) carrying what `rewrite` needs,
 and `rewrite(graph, match)`, which builds the fused node with `fuse()` and returns it.
+A pass never checks escaping intermediates or cycles itself: `run` does that for every
+match (`refusal`).
 `FusionPass.run(graph)` is the loop every fusion shares: it visits the candidates, records
 misses, applies the switches (a switched-off match is held, not rewritten), refuses a match
 whose rewrite would hide an intermediate or create a cycle, rewrites the rest and returns a
@@ -51,6 +55,16 @@ class Miss:
                 "tensors": self.tensors}
 
 
+class Reject(Exception):
+    """A constraint failed somewhere inside a pattern: the NF code, the check in words, the
+    nodes and values involved.  Raised by pattern helpers; the pass records it as a Miss."""
+
+    def __init__(self, code: str, constraint: str, nodes: Sequence[Node] = (), values: Iterable = ()):
+        super().__init__(constraint)
+        self.code, self.constraint = code, constraint
+        self.nodes, self.values = list(nodes), list(values)
+
+
 @dataclass
 class Match:
     """A candidate that passed every check of its pass.  `nodes` are replaced by one fused
@@ -60,6 +74,7 @@ class Match:
     nodes: list
     fused_op: str
     outputs: list
+    anchor_node: Optional[Node] = field(default=None, init=False, repr=False)   # set by `candidates`
 
 
 @dataclass
@@ -124,7 +139,13 @@ class FusionPass(GraphPass):
         for anchor in list(graph.nodes):
             if anchor.graph is not graph or anchor.op_type not in self.anchor_types:
                 continue
-            found = self.match(graph, anchor)
+            try:
+                found = self.match(graph, anchor)
+            except Reject as err:
+                found = self.miss(err.code, anchor, [anchor] + [n for n in err.nodes if n is not anchor],
+                                  err.constraint, err.values)
+            if isinstance(found, Match):
+                found.anchor_node = anchor
             if found is not None:
                 yield found
 
@@ -159,20 +180,25 @@ class FusionPass(GraphPass):
         outside the match, and no path may leave the match and re-enter it."""
         escaping = escaping_values(match.nodes, match.outputs)
         if escaping:
+            members = {id(n) for n in match.nodes}
+            readers = sorted({u.name for v in escaping for u, _ in v.uses if id(u) not in members})
             return self._refuse(reasons.OTHER_CONSUMERS, match, f"intermediate(s) {[v.name for v in escaping]} "
-                                "are used outside the pattern", escaping)
+                                f"are used outside the pattern (by {', '.join(readers) or 'the graph outputs'}); "
+                                "fusing would hide them", escaping)
         if creates_cycle(match.nodes):
             return self._refuse(reasons.WILL_CREATE_CYCLE, match, "a path leaves the group and re-enters it", [])
         return None
 
     def _refuse(self, code: str, match: Match, constraint: str, values) -> "Miss":
-        nodes = [(n.name, n.op_type) for n in match.nodes][:MISS_NODES_CAP]
-        return Miss(code, self.pass_name, match.nodes[-1].name, nodes, constraint, describe(values))
+        anchor = match.anchor_node if match.anchor_node is not None else match.nodes[-1]
+        ordered = [anchor] + [n for n in match.nodes if n is not anchor]
+        nodes = [(n.name, n.op_type) for n in ordered][:MISS_NODES_CAP]
+        return Miss(code, self.pass_name, anchor.name, nodes, constraint, describe(values))
 
     # helpers for subclasses ------------------------------------------------------------
     def miss(self, code: str, anchor: Node, nodes: Sequence[Node], constraint: str,
              values: Iterable[Optional[Value]] = ()) -> "Miss":
-        return Miss(code, self.pass_name, anchor.name, [(n.name, n.op_type) for n in nodes],
+        return Miss(code, self.pass_name, anchor.name, [(n.name, n.op_type) for n in nodes][:MISS_NODES_CAP],
                     constraint, describe(values))
 
 

@@ -10,14 +10,15 @@ Pattern (anchor: the pooling op):
                                the head kernel runs the conv block's own code)
   -> GlobalAveragePool | ReduceMean(axes = all spatial axes, keepdims 0 or 1)
   -> [Flatten | Reshape to (N, C)]   (may be absent when ReduceMean has keepdims=0)
-  -> Gemm(transA=0) | MatMul [+ Add(constant bias)]
+  -> a linear layer (fusion_passes/linear.py: MatMul [+ Add(constant bias)], which is what
+     the canonical form makes of the exporters' Gemm)
 A pooling op not fed by a conv block or not followed by an FC is not this pattern (None):
 e.g. EfficientNet's squeeze-excite pools.  Misses: pooling not over all spatial axes,
-an intermediate used elsewhere (NF2001), non-constant FC or conv
-weights (NF2002), the flattened shape not (N, C) or a bias that does not broadcast (NF2004),
-a conv block that stores its output pooled or permuted, concatenates along another axis than
-the channels, or scales its input (NF2006).  A block writing one operand of a channel
-concatenation (GoogLeNet's and Inception's last module) takes the whole concatenation.
+non-constant FC or conv weights (NF2002), the flattened shape not (N, C) or a bias that
+does not broadcast (NF2004), a Gemm left with transA = 1 (NF2003), a conv block that stores
+its output pooled or permuted, concatenates along another axis than the channels, or
+scales its input (NF2006).  A block writing one operand of a channel concatenation
+(GoogLeNet's and Inception's last module) takes the whole concatenation.
 """
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ import numpy as np
 from codegen.fused.conv import CONCAT_SLOT, CONV_ATTR_NAMES, CONV_BLOCK_OPS, HEAD_CONCAT_SLOT, RES_PREFIX
 from codegen.fused.epilogue import ACT_PREFIX, EPILOGUE_ATTRS
 from fusion_passes import reasons
-from fusion_passes.base import FusionPass, Match, creates_cycle, escaping_values, fuse, operands, single_consumer
+from fusion_passes.base import FusionPass, Match, fuse, single_consumer
 from fusion_passes.conv_block import conv_attrs
+from fusion_passes.linear import linear_at
 from ge.ir import Graph, Node, Value
 
 FUSED_OP = "ConvPoolFCFusionOp"
@@ -49,23 +51,24 @@ class FullyConnected(NamedTuple):
 
 
 def _fc_at(value: Value) -> Optional[FullyConnected]:
-    """The Gemm or MatMul[+Add] reading `value` as its A operand, else None."""
+    """The linear layer (fusion_passes/linear.py) reading `value` as x, or a Gemm the
+    canonical form left (transA=1 or a computed weight: refused below), else None."""
     node = single_consumer(value)
-    if node is None:
+    if node is None or node.inputs[0] is not value:
         return None
-    if node.op_type == "Gemm" and node.inputs[0] is value:
+    if node.op_type == "Gemm":
         bias = node.inputs[2] if len(node.inputs) > 2 else None
         attrs = {"fc_transB": int(node.attrs.get("transB", 0)), "fc_alpha": float(node.attrs.get("alpha", 1.0)),
                  "fc_beta": float(node.attrs.get("beta", 1.0)), "fc_transA": int(node.attrs.get("transA", 0))}
         return FullyConnected([node], node.inputs[1], bias, attrs, node.outputs[0])
-    if node.op_type == "MatMul" and node.inputs[0] is value:
-        nodes, bias, out = [node], None, node.outputs[0]
-        add = single_consumer(out)
-        pair = operands(add, lambda v: v is out) if add is not None and add.op_type == "Add" else None
-        if pair is not None and pair.other.is_const:
-            nodes, bias, out = [node, add], pair.other, add.outputs[0]
-        return FullyConnected(nodes, node.inputs[1], bias, {"fc_transB": 0, "fc_alpha": 1.0, "fc_beta": 1.0}, out)
-    return None
+    if node.op_type != "MatMul":
+        return None
+    linear = linear_at(node)
+    if linear is None:          # a computed weight: a head all the same, refused with NF2002 below
+        return FullyConnected([node], node.inputs[1], None, {"fc_transB": 0, "fc_alpha": 1.0, "fc_beta": 1.0},
+                              node.outputs[0])
+    return FullyConnected(linear.nodes, linear.weight, linear.bias, {"fc_transB": 0, "fc_alpha": 1.0, "fc_beta": 1.0},
+                          linear.output)
 
 
 class ConvPoolFCFusionPass(FusionPass):
@@ -133,13 +136,6 @@ class ConvPoolFCFusionPass(FusionPass):
                 return self.miss(reasons.SHAPE_MISMATCH, pool, nodes,
                                  f"the FC bias {list(bias.desc.shape)} does not broadcast to the output "
                                  f"{[n, k]}", [bias, out])
-        escaping = escaping_values(nodes, [out])
-        if escaping:
-            return self.miss(reasons.OTHER_CONSUMERS, pool, nodes,
-                             f"intermediate(s) {[v.name for v in escaping]} of the head are used outside it "
-                             "(the conv output must feed only the pooling)", escaping)
-        if creates_cycle(nodes):
-            return self.miss(reasons.WILL_CREATE_CYCLE, pool, nodes, "fusing the head would create a cycle", [])
         return HeadMatch(nodes, FUSED_OP, [out], conv=conv, weight=weight, bias=bias, fc_attrs=fc_attrs)
 
     def rewrite(self, graph: Graph, match: "HeadMatch") -> Node:

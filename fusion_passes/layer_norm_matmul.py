@@ -25,18 +25,17 @@ from codegen.fused.epilogue import ACT_PREFIX, EPILOGUE_ATTRS
 from codegen.fused.gemm import MATMUL_BIAS_OPS
 from codegen.fused.layer_norm import OP_TYPE
 from fusion_passes import reasons
-from fusion_passes.base import FusionPass, Match, creates_cycle, fuse
+from fusion_passes.base import FusionPass, Match, fuse
+from fusion_passes.linear import linear_at
 from ge.ir import Graph, Node, Value
 from ge.ops.common import normalize_axis
 
 
 def _gemm_reader(node: Node, norm: Value) -> bool:
+    """A fused GEMM, or a linear layer's MatMul (fusion_passes/linear.py), reading `norm` as x."""
     if not node.inputs or node.inputs[0] is not norm:
         return False
-    if node.op_type in MATMUL_BIAS_OPS:
-        return True
-    w = node.inputs[1] if node.op_type == "MatMul" else None
-    return w is not None and w.is_const and w.const.ndim == 2
+    return node.op_type in MATMUL_BIAS_OPS or linear_at(node) is not None
 
 
 class LayerNormMatMulFusionPass(FusionPass):
@@ -65,7 +64,7 @@ class LayerNormMatMulFusionPass(FusionPass):
         if any(v.uses or v.is_graph_output for v in ln.outputs[1:]):
             return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, ln, nodes,
                              "the LayerNorm's Mean/InvStdDev outputs are used", ln.outputs[1:])
-        if any(v is norm for v in gemm.inputs[1:]) or creates_cycle(nodes):
+        if any(v is norm for v in gemm.inputs[1:]):
             return self.miss(reasons.WILL_CREATE_CYCLE, ln, nodes,
                              "the GEMM reads the normalized tensor again (bias/residual input), "
                              "fusing would create a cycle", [norm])

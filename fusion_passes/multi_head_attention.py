@@ -1,31 +1,40 @@
-"""MHA fusion: Q/K/V projections .. Softmax .. merged heads -> MultiHeadAttentionFusionOp.
+"""MHA fusion: softmax(Q.K^T * scale + bias) . V, its projections and head views ->
+one MultiHeadAttentionFusionOp (codegen/fused/attention.py).
 
-Anchored on Softmax and walked both ways (fusion_passes/attention_patterns.py), so the
-exporter's choices -- scale on scores or on Q and K, Mul or Div, K transposed by one or two
-Transposes, separate or packed (Split/Slice) QKV, padding-mask Add, causal Where -- all
-land on one kernel.  Projections are MatMul(+bias Add) or GPT-2's Conv1D `Reshape -> Gemm(W, C)
--> Reshape` (transB/alpha/beta folded); heads merged to [B*S,H*D] (GPT-2 dynamo, straight into
-the c_proj Gemm) are read through a Reshape view of the kernel's [B,S,H*D] output; an Add of an
-all-zero constant (ViT dynamo) is no mask.  Head count and head dim come from the head
-Reshape's output shape.  The QKV weights are always packed into one [hidden, 3*H*D]
-constant (reused as is when the graph already has it packed) so the kernel does one
-projection GEMM.  The output projection is left to MatMulBiasAct.
+Found by what it computes, whatever the views around it (fusion_passes/attention_patterns.py):
+anchored on the Softmax, the scores are walked up to Q.K^T (scalar scales, additive
+bias/mask terms, a Where mask), each of Q, K^T and V is read through its views (and an
+optional RotaryEmbedding) as heads of a linear projection, and the P.V output is read
+down through the merge views.  So eager and SDPA exports of both torch exporters, 4-D
+[B,H,S,D] and 3-D [B*H,S,D] head layouts, packed or separate QKV, heads selected by Split,
+Gather or Squeeze, self- and cross-attention, grouped- and multi-query attention (KV heads
+repeated by Expand/Tile views, not copied by the kernel), relative position biases and
+masks (kernel inputs), rotary embeddings (in the kernel) and merges in any view order land
+on one kernel.  The head count, KV head count and head sizes come from the views.
+
+Decisions: the kernel takes the three projections (their columns gathered per head, so a
+packed or head-interleaved QKV weight becomes per-role weights); RoPE goes into the
+kernel (bench/RESULTS.md "Rotary embedding: in the attention kernel" has the cost-model
+comparison with a separate RotaryEmbedding kernel); the output projection is left to
+MatMulBiasAct.
 
 A Softmax is a candidate (counted in match_times) when a MatMul of two computed tensors
-feeds it within a few nodes and its output is the left operand of another such MatMul;
-any failed check after that is a Miss with its NF code.
+feeds it within a few nodes and its probabilities (after SDPA's NaN guard, if still
+there) are the left operand of another such MatMul; any failed check after that is a Miss
+with its NF code.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
-from codegen.fused.attention import OP_TYPE
+from codegen.fused.attention import OP_TYPE, SLOTS
 from fusion_passes import reasons
-from fusion_passes.attention_patterns import (K_PERM, Q_PERM, Reject, ScoreChain, find_qk, walk_heads,
-                                              walk_projection, walk_scores)
-from fusion_passes.base import FusionPass, Match, creates_cycle, escaping_values, fuse
+from fusion_passes.attention_patterns import (Heads, ScoreChain, batch_index, find_qk, head_columns, kv_groups,
+                                              merge_heads, probs_reader, read_heads, walk_scores)
+from fusion_passes.base import FusionPass, Match, Reject, fuse
 from ge.ir import Graph, Node, TensorDesc, Value
 
 
@@ -35,135 +44,245 @@ class MultiHeadAttentionFusionPass(FusionPass):
     fused_ops = (OP_TYPE,)
     anchor_types = ("Softmax",)
 
-    def match(self, graph: Graph, anchor: Node):
-        probs = anchor.outputs[0]
-        pv = next((user for user, i in probs.uses if user.op_type == "MatMul" and i == 0
-                   and user.inputs[1] is not None and not user.inputs[1].is_const), None)
-        qk = find_qk(anchor.inputs[0])
-        if pv is None or qk is None:
+    def match(self, graph: Graph, softmax: Node):
+        pv, between = probs_reader(softmax)
+        if pv is None or find_qk(softmax.inputs[0]) is None:
             return None
-        core = [qk, anchor, pv]
-        try:
-            return self._match(graph, anchor, pv)
-        except Reject as err:
-            nodes = core + [n for n in err.nodes if n not in core]
-            return self.miss(err.code, anchor, nodes, err.constraint,
-                             err.values or [anchor.inputs[0], probs])
-
-    def _match(self, graph: Graph, softmax: Node, pv: Node) -> "AttentionMatch":
         scores = walk_scores(softmax.inputs[0])
         qk = scores.qk
-        rank = len(softmax.inputs[0].desc.shape)
-        axis = int(softmax.attrs.get("axis", -1))
-        if rank != 4 or axis % rank != rank - 1:
+        shape = tuple(softmax.inputs[0].desc.shape)
+        axis = int(softmax.attrs.get("axis", -1)) % len(shape)
+        if axis != len(shape) - 1 or len(shape) < 3:
             raise Reject(reasons.UNSUPPORTED_ATTRIBUTE,
-                         f"Softmax {softmax.name} axis={axis} over rank-{rank} scores: the kernel normalises "
-                         "the last (key) axis of [B,H,S,S] scores", [softmax], [softmax.inputs[0]])
-        q = walk_heads(qk.inputs[0], "Q", Q_PERM)
-        k = walk_heads(qk.inputs[1], "K", K_PERM)
-        v = walk_heads(pv.inputs[1], "V", Q_PERM)
-        merge, out = self._merge_heads(pv)
-        if not (q.heads == k.heads == v.heads) or not (q.head_dim == k.head_dim == v.head_dim):
-            raise Reject(reasons.SHAPE_MISMATCH,
-                         f"head count/dim differ between Q ({q.heads}x{q.head_dim}), K ({k.heads}x{k.head_dim}) "
-                         f"and V ({v.heads}x{v.head_dim}); the kernel needs one [B,S,H,D] split for all three",
-                         q.nodes[-1:] + k.nodes[-1:] + v.nodes[-1:], [q.projected, k.projected, v.projected])
-        if v.scale != 1.0:
-            raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         f"V is scaled by {v.scale:g}: a scale on V scales the output, not the scores, "
-                         "and the kernel has no output scale", v.nodes, [v.projected])
-        heads, head_dim = q.heads, q.head_dim
-        projections = [walk_projection(p.projected, role) for p, role in ((q, "Q"), (k, "K"), (v, "V"))]
-        if not (projections[0].x is projections[1].x is projections[2].x):
-            raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         "cross attention: Q, K and V projections read different tensors "
-                         f"({', '.join(p.x.name for p in projections)}); the kernel fuses self-attention only",
-                         [p.nodes[-1] for p in projections], [p.x for p in projections])
-        x = projections[0].x
-        batch, seq = (tuple(x.desc.shape[:2]) + (0, 0))[:2]
-        if tuple(out.desc.shape) not in ((batch, seq, heads * head_dim), (batch * seq, heads * head_dim)):
-            raise Reject(reasons.SHAPE_MISMATCH,
-                         f"merged output {list(out.desc.shape)} is neither [B,S,H*D] nor [B*S,H*D] of input "
-                         f"{list(x.desc.shape)} with H={heads}, D={head_dim}", merge, [x, out])
-        if np.dtype(x.desc.dtype).kind != "f":
-            raise Reject(reasons.DTYPE_MISMATCH, f"hidden states {x.name} are {np.dtype(x.desc.dtype)}, "
-                         "not a float type", [], [x])
-        nodes = _unique([n for p in projections for n in p.nodes]
-                        + q.nodes + k.nodes + v.nodes + [qk] + scores.nodes + [softmax, pv] + merge)
-        nodes.sort(key=_position(graph))
-        escaping = escaping_values(nodes, [out])
-        if escaping:
-            users = sorted({u.name for e in escaping for u, _ in e.uses if u not in nodes})
-            raise Reject(reasons.OTHER_CONSUMERS,
-                         "intermediate(s) " + ", ".join(e.name for e in escaping) + " are used outside the "
-                         f"attention block ({', '.join(users) or 'graph output'}); fusing would hide them",
-                         [e.producer for e in escaping], escaping)
-        if creates_cycle(nodes):
-            raise Reject(reasons.WILL_CREATE_CYCLE, "a path leaves the attention block and re-enters it",
-                         nodes)
-        return AttentionMatch(nodes, OP_TYPE, [out], x=x, projections=projections, heads=heads,
-                              head_dim=head_dim, scale=scores.scale * q.scale * k.scale, scores=scores)
-
-    @staticmethod
-    def _merge_heads(pv: Node):
-        """The Transpose [0,2,1,3] + Reshape [B,S,H*D] (or [B*S,H*D] straight into a Gemm, GPT-2
-        dynamo) after P.V; returns (nodes, output)."""
-        ctx = pv.outputs[0]
-        transpose = next((u for u, _ in ctx.uses if u.op_type == "Transpose"), None)
-        if transpose is None or tuple(transpose.attrs.get("perm", ())) != Q_PERM:
-            raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         f"merge heads: the P.V MatMul {pv.name} output must go through Transpose "
-                         f"perm {list(Q_PERM)}", [pv] + ([transpose] if transpose else []), [ctx])
-        reshape = next((u for u, _ in transpose.outputs[0].uses if u.op_type == "Reshape"), None)
-        if reshape is None or len(reshape.outputs[0].desc.shape) not in (2, 3):
-            raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         f"merge heads: Transpose {transpose.name} must feed a Reshape to [B,S,H*D] "
-                         "(or [B*S,H*D])",
-                         [transpose] + ([reshape] if reshape else []), [transpose.outputs[0]])
-        return [transpose, reshape], reshape.outputs[0]
+                         f"Softmax {softmax.name} axis={softmax.attrs.get('axis', -1)} over rank-{len(shape)} scores: "
+                         "the kernel normalises the last (key) axis of [.., Sq, Skv] scores",
+                         [qk, pv], [softmax.inputs[0]])
+        q = read_heads(qk.inputs[0], "Q", -2, -1)
+        k = read_heads(qk.inputs[1], "K", -1, -2)
+        v = read_heads(pv.inputs[1], "V", -2, -1)
+        plan = _plan(q, k, v, tuple(qk.outputs[0].desc.shape[:-2]), tuple(pv.outputs[0].desc.shape[:-2]))
+        merge, out = merge_heads(pv, plan.batch, plan.heads, q.seq, v.dim)
+        rope = _rope(q, k)
+        core = [qk] + scores.nodes + [softmax] + between + [pv] + merge
+        members, projected = _members(core, (q, k, v))
+        for heads, cols, count in ((q, plan.q_cols, plan.heads), (k, plan.kv_cols_k, plan.kv_heads),
+                                   (v, plan.kv_cols_v, plan.kv_heads)):
+            if heads.role in projected and (heads.linear.width != count * heads.dim
+                                            or not np.array_equal(cols, np.arange(count) * heads.dim)):
+                raise Reject(reasons.OTHER_CONSUMERS,
+                             f"{heads.role} projection {heads.linear.output.name} is also read outside the attention "
+                             "block, and its columns are not the kernel's heads in order (it cannot be a kernel "
+                             "input as it is)", heads.nodes, [heads.linear.output])
+            x = heads.linear.output if heads.role in projected else heads.linear.x
+            if len(x.desc.shape) != 3 or tuple(x.desc.shape[:2]) != (heads.batch, heads.seq):
+                raise Reject(reasons.SHAPE_MISMATCH,
+                             f"{heads.role} projection input {x.name} {list(x.desc.shape)} is not [B, S, K] = "
+                             f"[{heads.batch}, {heads.seq}, K]", [heads.linear.matmul], [x])
+            if np.dtype(x.desc.dtype).kind != "f":
+                raise Reject(reasons.DTYPE_MISMATCH, f"{heads.role} hidden states {x.name} are not a float type",
+                             [heads.linear.matmul], [x])
+        nodes = sorted(members, key=_position(graph))
+        return AttentionMatch(nodes, OP_TYPE, [out], q=q, k=k, v=v, plan=plan, scores=scores,
+                              nan_guard=any(n.op_type == "IsNaN" for n in between), rope=rope, projected=projected)
 
     def rewrite(self, graph: Graph, match: "AttentionMatch") -> Node:
-        weight, bias = _packed_qkv(graph, match.projections, match.nodes[-1].name)
-        scores = match.scores
-        attrs = {"num_heads": match.heads, "head_dim": match.head_dim,
-                 "scale": float(match.scale), "mask_kind": scores.mask_kind}
-        inputs = [match.x, weight, bias]
-        if scores.mask_kind == "add":
-            inputs.append(scores.mask)
-        elif scores.mask_kind == "where_causal":
-            attrs["mask_value"] = float(scores.mask_value)
-            mask = scores.mask
-            if scores.mask_inverted:   # Where(cond, fill, scores): keep where cond is False
-                mask = graph.constant(f"{mask.name}/inverted", np.logical_not(mask.const))
-            inputs.append(mask)
+        plan, q, k, v, scores = match.plan, match.q, match.k, match.v, match.scores
+        base = match.nodes[-1].name
+        attrs = {"num_heads": plan.heads, "kv_heads": plan.kv_heads, "head_dim": q.dim, "v_head_dim": v.dim,
+                 "scale": float(scores.scale), "mask_kind": "none", "nan_guard": int(match.nan_guard),
+                 "rotary_dim": 0}
+        slots = {}
+        for heads, cols in ((q, plan.q_cols), (k, plan.kv_cols_k), (v, plan.kv_cols_v)):
+            r = heads.role.lower()
+            if heads.role in match.projected:
+                slots[f"x_{r}"] = heads.linear.output
+            else:
+                slots[f"x_{r}"] = heads.linear.x
+                slots[f"w_{r}"], slots[f"b_{r}"] = _weights(graph, heads.linear, cols, heads.dim, f"{base}/{r}")
+        terms = [_score_input(graph, t, f, shape, plan, f"{base}/bias") for t, f, shape in scores.terms]
+        if terms:
+            slots["bias"] = terms[0]
+        if len(terms) > 1:
+            slots["mask"], attrs["mask_kind"] = terms[1], "add"
+        if scores.where is not None:
+            slots["mask"] = _score_input(graph, scores.where, 1.0, scores.where_batch, plan, f"{base}/mask")
+            attrs.update(mask_kind="where", mask_value=float(scores.where_fill), mask_keep=int(scores.where_keep))
+        if match.rope is not None:
+            rope = match.rope
+            slots.update(rope_cos=rope.inputs[1], rope_sin=rope.inputs[2])
+            attrs.update(rotary_dim=int(rope.attrs.get("rotary_embedding_dim", 0)) or q.dim,
+                         rotary_interleaved=int(rope.attrs.get("interleaved", 0)))
         out = match.outputs[0]
-        merge = out.producer
-        fused = fuse(graph, match.nodes, OP_TYPE, inputs, match.outputs, attrs, self.pass_name)
-        if len(out.desc.shape) == 2:
-            _rows_view(graph, fused, merge.origin, match.x.desc.shape[:2])
+        merge_origin = out.producer.origin if out.producer is not None and out.producer.op_type != "MatMul" else []
+        fused = fuse(graph, match.nodes, OP_TYPE, SLOTS.pack(**slots), match.outputs, attrs, self.pass_name)
+        kernel_shape = (plan.batch, q.seq, plan.heads * v.dim)
+        if tuple(out.desc.shape) != kernel_shape:
+            _output_view(graph, fused, merge_origin, kernel_shape)
         return fused
 
 
+def _members(core: list, roles) -> tuple:
+    """The block's nodes and the roles whose projection stays outside it.
+
+    Everything from the projections to the merge is fused, except what something outside
+    the block reads: a role whose projection or head views are read elsewhere (DeBERTa's
+    relative-position bias reads Q and K) keeps its projection as its own GEMM and the
+    views the outside reads; the kernel reads the projection's output instead."""
+    members = {id(n): n for n in core}
+    for heads in roles:
+        for n in heads.linear.nodes + heads.nodes:
+            members[id(n)] = n
+    projected: set = set()
+
+    def read_outside(node: Node) -> bool:
+        return any(v.is_graph_output or any(id(u) not in members for u, _ in v.uses) for v in node.outputs)
+
+    changed = True
+    while changed:
+        changed = False
+        for heads in roles:
+            path = heads.linear.nodes + heads.nodes
+            if heads.role not in projected and any(id(n) in members and read_outside(n) for n in path):
+                projected.add(heads.role)
+                changed = True
+            if heads.role in projected:
+                for n in path:
+                    if id(n) in members and (n in heads.linear.nodes or read_outside(n)):
+                        del members[id(n)]
+                        changed = True
+    return list(members.values()), projected
+
+
 @dataclass
-class AttentionMatch(Match):
-    """Self-attention from the hidden states `x` to the merged heads (`outputs[0]`)."""
+class Plan:
+    """The heads of one attention block, as the kernel computes them."""
 
-    x: Value
-    projections: list          # Projection of Q, K, V (attention_patterns.Projection)
+    batch: int
     heads: int
-    head_dim: int
-    scale: float               # applied to Q.K^T: the scores' scale times Q's and K's
-    scores: ScoreChain
+    kv_heads: int
+    q_cols: np.ndarray         # first projection column of each query head
+    kv_cols_k: np.ndarray      # ... of each KV head, in K's and V's projections
+    kv_cols_v: np.ndarray
 
 
-def _rows_view(graph: Graph, fused: Node, origin: list, batch_seq) -> Node:
-    """The kernel writes [B,S,H*D]; a graph that merged heads straight to [B*S,H*D] reads it
-    through a Reshape (a view: no kernel, no copy) that keeps the output value and its name.
-    The view stands for the exporter's own merge Reshape (`origin`), not for the kernel."""
+def _plan(q: Heads, k: Heads, v: Heads, scores_batch: tuple, context_batch: tuple) -> Plan:
+    """Check Q, K and V agree on the (batch, head) each scores batch index computes (the
+    P.V batch axes may regroup the scores' ones: the flat order is the same)."""
+    if q.batch != k.batch or k.batch != v.batch:
+        raise Reject(reasons.SHAPE_MISMATCH, f"Q, K and V projections have batch sizes {q.batch}, {k.batch}, "
+                     f"{v.batch}", [], [])
+    if k.seq != v.seq:
+        raise Reject(reasons.SHAPE_MISMATCH, f"K reads {k.seq} positions but V {v.seq}", [], [])
+    if q.dim != k.dim:
+        raise Reject(reasons.SHAPE_MISMATCH, f"Q heads have {q.dim} features but K heads {k.dim}", [], [])
+    total = int(np.prod(scores_batch, dtype=np.int64)) if scores_batch else 1
+    if total % q.batch:
+        raise Reject(reasons.SHAPE_MISMATCH, f"scores batch {list(scores_batch)} is not batch {q.batch} x heads",
+                     q.nodes, [])
+    heads = total // q.batch
+    q_cols = head_columns(q, batch_index(q.batch_shape, scores_batch), heads)
+    k_cols = head_columns(k, batch_index(k.batch_shape, scores_batch), heads)
+    v_cols = head_columns(v, batch_index(v.batch_shape, context_batch), heads)
+    if len(set(q_cols.tolist())) != heads:
+        raise Reject(reasons.UNSUPPORTED_VARIANT, f"Q: two heads read the same columns {q_cols.tolist()}",
+                     q.nodes, [])
+    kv_heads, group = kv_groups(k_cols, "K", k.nodes)
+    kv_heads_v, group_v = kv_groups(v_cols, "V", v.nodes)
+    if (kv_heads_v, group_v) != (kv_heads, group):
+        raise Reject(reasons.UNSUPPORTED_VARIANT, f"K and V group the {heads} query heads differently "
+                     f"({kv_heads} vs {kv_heads_v} KV heads)", k.nodes + v.nodes, [])
+    for heads_of, cols, dim in ((q, q_cols, q.dim), (k, k_cols, k.dim), (v, v_cols, v.dim)):
+        if np.any(cols + dim > heads_of.linear.width):
+            raise Reject(reasons.SHAPE_MISMATCH, f"{heads_of.role}: head columns run past the projection's "
+                         f"{heads_of.linear.width} outputs", heads_of.nodes, [])
+    return Plan(q.batch, heads, kv_heads, q_cols, k_cols[::group], v_cols[::group])
+
+
+def _rope(q: Heads, k: Heads) -> Optional[Node]:
+    """The RotaryEmbedding applied to both Q and K (the same tables), or None for neither."""
+    if q.rope is None and k.rope is None:
+        return None
+    if q.rope is None or k.rope is None:
+        only = "Q" if k.rope is None else "K"
+        raise Reject(reasons.UNSUPPORTED_VARIANT, f"a rotary embedding rotates {only} only; the kernel rotates "
+                     "both Q and K", [q.rope or k.rope], [])
+    for attr in ("rotary_embedding_dim", "interleaved"):
+        if q.rope.attrs.get(attr, 0) != k.rope.attrs.get(attr, 0):
+            raise Reject(reasons.UNSUPPORTED_VARIANT, f"Q and K rotary embeddings differ in {attr}",
+                         [q.rope, k.rope], [])
+    same = all(a is b or (a.is_const and b.is_const and np.array_equal(a.const, b.const))
+               for a, b in zip(q.rope.inputs[1:3], k.rope.inputs[1:3]))
+    if not same or len(q.rope.inputs) > 3 or len(k.rope.inputs) > 3:
+        raise Reject(reasons.UNSUPPORTED_VARIANT, "Q and K are rotated with different (or position-indexed) "
+                     "tables; the kernel takes one [B|1,S,R/2] cos/sin pair", [q.rope, k.rope], [])
+    for heads in (q, k):
+        layout = heads.rope_layout
+        width = heads.linear.width
+        shape = layout.shape
+        ok = len(shape) == 4 and layout.axis(3) == ((heads.dim, 1),) and shape[2] == heads.seq and \
+            layout.axis(2) == (((heads.seq, width),) if heads.seq > 1 else ()) and \
+            (q.rope.inputs[1].desc.shape[0] == 1 or layout.axis(0) == ((heads.batch, heads.seq * width),))
+        if not ok:
+            raise Reject(reasons.UNSUPPORTED_VARIANT,
+                         f"{heads.role}: the rotary embedding does not rotate [B, H, S, D] heads of the projection "
+                         f"(it rotates {list(shape)})", [heads.rope], [heads.rope.inputs[0]])
+    return q.rope
+
+
+def _weights(graph: Graph, linear, cols: np.ndarray, dim: int, base: str):
+    """The kernel's [K, heads*dim] weight and [heads*dim] bias: the projection's columns of
+    each head in kernel order; the projection's own constants when that is all of them."""
+    width = linear.width
+    whole = len(cols) * dim == width and np.array_equal(cols, np.arange(len(cols)) * dim)
+    if whole:
+        weight = linear.weight
+    else:
+        index = (cols[:, None] + np.arange(dim)[None, :]).reshape(-1)
+        weight = graph.constant(f"{base}/weight", np.ascontiguousarray(linear.weight.const[:, index]))
+    vector = linear.bias_vector()
+    if vector is None:
+        return weight, None
+    if whole and linear.bias.const.ndim == 1 and linear.bias.const.size == width:
+        return weight, linear.bias
+    index = (cols[:, None] + np.arange(dim)[None, :]).reshape(-1)
+    return weight, graph.constant(f"{base}/bias", np.ascontiguousarray(vector[index]))
+
+
+def _score_input(graph: Graph, term: Value, factor: float, batch_shape: tuple, plan: Plan, name: str) -> Value:
+    """A bias/mask term of the [*batch_shape, Sq, Skv] scores as a tensor broadcasting to the
+    kernel's [B, H, Sq, Skv]: scaled when it was added before a scale (a constant), and
+    reshaped (a view) when the scores' batch axes are not [B, H]."""
+    if factor != 1.0:
+        term = graph.constant(f"{name}/scaled", (term.const.astype(np.float64) * factor).astype(term.const.dtype))
+    shape = tuple(term.desc.shape)
+    rank = len(batch_shape) + 2
+    padded = (1,) * (rank - len(shape)) + shape
+    lead, matrix = padded[:-2], padded[-2:]
+    if tuple(batch_shape) == (plan.batch, plan.heads) or len(shape) <= 2:
+        return term
+    if all(d == 1 for d in lead):
+        target = (1, 1) + matrix
+    elif lead == tuple(batch_shape):
+        target = (plan.batch, plan.heads) + matrix
+    else:
+        raise Reject(reasons.UNSUPPORTED_VARIANT, f"bias {term.name} {list(shape)} broadcasts over part of the "
+                     f"scores' batch axes {list(batch_shape)}; the kernel takes [B|1, H|1, Sq, Skv]", [], [term])
+    if term.is_const:
+        return graph.constant(f"{name}/as_bhss", term.const.reshape(target))
+    view = graph.make_node("Reshape", [term], attrs={"shape": list(target), "allowzero": 0},
+                           name=graph.unique_name(f"{name}/as_bhss"),
+                           descs=[TensorDesc(term.desc.dtype, target)])
+    return view.outputs[0]
+
+
+def _output_view(graph: Graph, fused: Node, origin: list, kernel_shape: tuple) -> Node:
+    """The kernel writes [B,S,H*Dv]; a graph whose merge ends in another shape (GPT-2 dynamo's
+    [B*S,H*D], a 3-D [S,B,..] view) reads it through a Reshape (a view: no kernel, no copy)
+    that keeps the output value and its name.  The view stands for the exporter's last
+    merge view (`origin`), not for the kernel."""
     out = fused.outputs[0]
     fused.provenance["origin"] = [o for o in fused.origin if o not in origin]
-    shape = tuple(batch_seq) + tuple(out.desc.shape[-1:])
-    merged = graph.new_value(f"{fused.name}:merged", TensorDesc(out.desc.dtype, shape))
+    merged = graph.new_value(f"{fused.name}:merged", TensorDesc(out.desc.dtype, kernel_shape))
     out.producer = None
     fused.outputs[0] = merged
     merged.producer, merged.index = fused, 0
@@ -172,31 +291,18 @@ def _rows_view(graph: Graph, fused: Node, origin: list, batch_seq) -> Node:
     return graph.add_node(view)
 
 
-def _packed_qkv(graph: Graph, projections, base: str):
-    """One [hidden, 3*H*D] weight and [3*H*D] bias; the graph's own constants when the
-    projections already are one packed GEMM in Q|K|V order (without transB/alpha/beta)."""
-    q, k, v = projections
-    width = q.stop - q.start
-    same = q.weight is k.weight is v.weight and q.bias is k.bias is v.bias and q.plain
-    if same and [(p.start, p.stop) for p in projections] == [(0, width), (width, 2 * width), (2 * width, 3 * width)] \
-            and q.weight.desc.shape[-1] == 3 * width and (q.bias is None or q.bias.const.ndim == 1):
-        weight = q.weight
-        bias = q.bias if q.bias is not None else graph.constant(f"{base}/bqkv", np.zeros(3 * width, q.weight.const.dtype))
-        return weight, bias
-    dtype = q.weight.const.dtype
-    w = np.concatenate([p.matrix()[:, p.start:p.stop] for p in projections], axis=1).astype(dtype)
-    b = np.concatenate([p.bias_vector()[p.start:p.stop] if p.bias is not None
-                        else np.zeros(p.stop - p.start, dtype) for p in projections]).astype(dtype)
-    return graph.constant(f"{base}/Wqkv", w), graph.constant(f"{base}/bqkv", b)
+@dataclass
+class AttentionMatch(Match):
+    """One attention block, from the projections' inputs to the merged heads (`outputs[0]`)."""
 
-
-def _unique(nodes: list) -> list:
-    seen, out = set(), []
-    for node in nodes:
-        if id(node) not in seen:
-            seen.add(id(node))
-            out.append(node)
-    return out
+    q: Heads
+    k: Heads
+    v: Heads
+    plan: Plan
+    scores: ScoreChain
+    nan_guard: bool
+    rope: Optional[Node]
+    projected: set             # roles ("Q", "K", "V") whose projection stays outside the kernel
 
 
 def _position(graph: Graph):

@@ -36,8 +36,7 @@ from ge.passes.contract import run_passes
 def fusion_passes(switches: Optional[FusionSwitches] = None,
                   autofuse_flags: Optional[AutofuseFlags] = None) -> list:
     """The fusion passes, in the order they run."""
-    return [
-        CanonicalizePass(switches),
+    named = [
         QuantConvBNReluFusionPass(switches),      # int8 first: they take the DequantizeLinear-fed
         QuantMatMulBiasActFusionPass(switches),   # convs and GEMMs before the float passes look
         SqueezeExcitationFusionPass(switches),     # before the conv blocks: it takes the SE's two 1x1 convs
@@ -53,6 +52,9 @@ def fusion_passes(switches: Optional[FusionSwitches] = None,
         LayerNormMatMulFusionPass(switches),
         AutoFusePass(switches, autofuse_flags),
     ]
+    # canonical forms serve the passes: with every pass switched off the graph stays as written
+    active = switches is None or any(switches.pass_enabled(p.pass_name) for p in named)
+    return [CanonicalizePass(switches, active=active)] + named
 
 
 def known_names() -> tuple:

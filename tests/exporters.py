@@ -192,8 +192,12 @@ def _build(name: str, size: str, layers: Optional[int]):
 
 def export(name: str, exporter: str, path: str, size: str = "small", layers: Optional[int] = None) -> str:
     """Export `name` with `exporter` to `path` (static shapes); returns the path."""
+    return _export(build(name, size, layers), exporter, path)
+
+
+def _export(built, exporter: str, path: str) -> str:
     import torch
-    model, args, names = build(name, size, layers)
+    model, args, names = built
     # The exporters' own tracer/deprecation warnings say nothing about our code: keep them out.
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -236,6 +240,117 @@ class ExportCache:
         if key not in self._models:
             self._models[key] = onnx.load(self.path(*key))
         return self._models[key]
+
+    def attention(self, name: str, exporter: str, attn: str) -> onnx.ModelProto:
+        """An attention family (ATTENTION) exported with `exporter` and attention implementation
+        `attn` ("sdpa": transformers' default, or "eager")."""
+        key = ("attention", name, exporter, attn)
+        if key not in self._models:
+            tag = f"{name}_{exporter}_{attn}"
+            path = os.path.join(self.root, tag, f"{tag}.onnx")
+            if not os.path.exists(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                _export(build_attention(name, attn), exporter, path)
+            self._models[key] = onnx.load(path)
+        return self._models[key]
+
+
+# ---------------------------------------------------------------- attention families
+
+# Tiny configs of the attention forms people export (1 layer, hidden 32, 4 heads of 8,
+# batch 2, 8 tokens with padding in the first sequence), with transformers' default
+# attention ("sdpa", F.scaled_dot_product_attention) or its explicit form ("eager").
+# What each family exercises: bert -- SDPA's split Q/K scale and NaN guard; llama --
+# grouped-query attention (2 KV heads) and rotary embeddings; t5 -- no scale, a relative
+# position bias; bart -- cross-attention; gpt_neox -- partial rotary, QKV interleaved per
+# head; deberta -- a relative bias computed from Q and K (eager only in transformers);
+# swin -- window attention with a position bias and the shifted-window mask added through
+# views; distilbert -- masked_fill (an inverted Where); nn_mha -- torch's
+# nn.MultiheadAttention (3-D [B*H,S,D] heads, packed in-projection, heads by Gather).
+TINY = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, num_hidden_layers=1, vocab_size=64,
+            max_position_embeddings=32)
+ATTENTION = {
+    "bert": ("BertConfig", "BertModel", TINY, "text"),
+    "llama": ("LlamaConfig", "LlamaModel", dict(TINY, num_key_value_heads=2), "text"),
+    "t5": ("T5Config", "T5EncoderModel", dict(d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=1,
+                                              vocab_size=64), "text"),
+    "bart": ("BartConfig", "BartModel", dict(d_model=32, encoder_attention_heads=4, decoder_attention_heads=4,
+                                             encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=1,
+                                             decoder_layers=1, vocab_size=64, max_position_embeddings=32,
+                                             pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                                             decoder_start_token_id=2), "seq2seq"),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXModel", dict(TINY, rotary_pct=0.5), "text"),
+    "deberta": ("DebertaV2Config", "DebertaV2Model", dict(TINY, relative_attention=True, position_buckets=8,
+                                                          pos_att_type=["p2c", "c2p"], max_relative_positions=-1,
+                                                          norm_rel_ebd="layer_norm", share_att_key=True), "text"),
+    "swin": ("SwinConfig", "SwinModel", dict(image_size=32, patch_size=4, embed_dim=16, depths=[2], num_heads=[2],
+                                             window_size=4), "image"),
+    "distilbert": ("DistilBertConfig", "DistilBertModel", dict(dim=32, n_heads=4, hidden_dim=64, n_layers=1,
+                                                               vocab_size=64, max_position_embeddings=32), "text"),
+    "nn_mha": (None, None, {}, "hidden"),
+}
+ATTN_IMPLS = ("sdpa", "eager")
+ATTENTION_SHAPE = dict(batch=2, seq=8, image=32)
+
+
+def build_attention(name: str, attn: str):
+    """(module in eval mode, example inputs, input names) of an ATTENTION family."""
+    import torch
+    torch.manual_seed(0)
+    config_cls, model_cls, config, kind = ATTENTION[name]
+    if name == "nn_mha":
+        model = _mha_block(config)
+    else:
+        import transformers as tf
+        cfg = getattr(tf, config_cls)(**config)
+        if hasattr(cfg, "use_cache"):
+            cfg.use_cache = False
+        model = getattr(tf, model_cls)._from_config(cfg, attn_implementation=attn)
+    _perturb_parameters(model)
+    args, names = _attention_inputs(kind)
+    return (_LastHidden.wrap(model.eval(), names).eval() if name != "nn_mha" else model.eval()), args, names
+
+
+def _attention_inputs(kind: str):
+    import torch
+    b, s = ATTENTION_SHAPE["batch"], ATTENTION_SHAPE["seq"]
+    gen = torch.Generator().manual_seed(2)
+    mask = torch.ones(b, s, dtype=torch.int64)
+    mask[0, s // 2:] = 0                              # padding in the first sequence
+    ids = torch.randint(3, 60, (b, s), generator=gen)
+    if kind == "text":
+        return (ids, mask), ["input_ids", "attention_mask"]
+    if kind == "seq2seq":
+        return (ids, mask, torch.randint(3, 60, (b, s // 2), generator=gen)), \
+            ["input_ids", "attention_mask", "decoder_input_ids"]
+    if kind == "image":
+        image = ATTENTION_SHAPE["image"]
+        return (torch.randn(b, 3, image, image, generator=gen),), ["pixel_values"]
+    return (torch.randn(b, s, 32, generator=gen),), ["hidden"]
+
+
+def _mha_block(config):
+    """A pre-LN encoder block around torch.nn.MultiheadAttention(batch_first=True), as
+    torchvision's ViT writes it."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(32)
+            self.attn = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+
+        def forward(self, hidden):
+            y = self.norm(hidden)
+            y, _ = self.attn(y, y, y, need_weights=False)
+            return hidden + y
+
+    return Block()
+
+
+def attention_feeds(name: str) -> dict:
+    args, names = _attention_inputs(ATTENTION[name][3])
+    return {n: a.numpy() for n, a in zip(names, args)}
 
 
 def op_histogram(model: onnx.ModelProto) -> dict:

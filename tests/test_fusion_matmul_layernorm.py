@@ -22,7 +22,7 @@ from builder import Net
 from helpers import assert_matches_ort, fuse_model, lower, op_types, random_feeds
 
 LN = [LayerNormFusionPass]
-MBA = [CanonicalizePass, MatMulBiasActFusionPass]         # the canonical stage names the activations
+MBA = [CanonicalizePass, MatMulBiasActFusionPass]   # activations, Gemm and Conv1D in canonical form
 MINE = [CanonicalizePass, LayerNormFusionPass, MatMulBiasActFusionPass, LayerNormMatMulFusionPass]
 RNG = np.random.default_rng(7)
 
@@ -310,24 +310,28 @@ def test_row_bracket_with_a_shared_flatten_keeps_the_view_for_its_other_reader()
     check_numbers(model, graph)
 
 
-def test_gemm_whose_reshapes_reorder_rows_is_not_a_bracket():
-    """[2,3,8] -> [6,8] -> Gemm -> [3,2,4] is not a MatMul of x: the Reshapes stay."""
+def test_gemm_whose_reshapes_regroup_rows_is_a_matmul_of_x_then_a_view():
+    """[2,3,8] -> [6,8] -> Gemm -> [3,2,4]: the rows keep their order, so it is MatMul(x) + b
+    on [2,3,4] read as [3,2,4] (a view after the kernel)."""
     net = Net(17)
     _, y = conv1d(net, net.input("x", [2, 3, 8]), 8, 4, [3, 2])
     model = net.model(y)
     graph, stats = fuse_model(model, passes=MBA)
-    assert op_types(graph) == ["Reshape", "Gemm", "Reshape"]
-    assert stats_of(stats, "MatMulBiasActFusionPass") == (0, 0)
+    assert op_types(graph) == ["MatMulBiasFusionOp", "Reshape"]
+    assert graph.nodes[0].inputs[0].name == "x" and graph.nodes[1].outputs[0].desc.shape == (3, 2, 4)
+    assert stats_of(stats, "MatMulBiasActFusionPass") == (1, 1)
+    check_numbers(model, graph)
 
 
-def test_matmul_without_bias_and_gemm_alone_are_not_candidates():
+def test_matmul_without_bias_is_not_a_candidate_and_a_gemm_is_matmul_plus_bias():
     net = Net(17)
     a = net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 4))
     b = net.op("Gemm", a, net.rand(4, 4), net.rand(4))
     model = net.model(net.op("Relu", net.op("MatMul", b, net.rand(4, 4))))
     graph, stats = fuse_model(model, passes=MBA)
-    assert op_types(graph) == ["MatMul", "Gemm", "MatMul", "Relu"]
-    assert stats_of(stats, "MatMulBiasActFusionPass") == (0, 0)
+    assert op_types(graph) == ["MatMul", "MatMulBiasFusionOp", "MatMul", "Relu"]
+    assert stats_of(stats, "MatMulBiasActFusionPass") == (1, 1)
+    check_numbers(model, graph)
 
 
 def test_gelu_with_wrong_constant_is_not_absorbed():

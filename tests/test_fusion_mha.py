@@ -8,13 +8,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from atc_py import zoo
-from codegen.fused.attention import OP_TYPE
+from codegen.fused.attention import OP_TYPE, SLOTS
 from codegen.registry import kernel_of
 from ge.ops.registry import TensorType
 from fusion_passes import pipeline
+from fusion_passes.canonical import CanonicalizePass
 from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
 from ge.errors import AtcError
-from helpers import assert_matches_ort, fuse_model, lower, op_types, random_feeds
+from helpers import assert_matches_ort, fuse_model, op_types, random_feeds
 
 B, S, H, D = 2, 5, 2, 4
 HID = H * D
@@ -132,8 +133,13 @@ def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axi
 
 
 def run_pass(model, **kw):
-    graph, stats = fuse_model(model, passes=[MultiHeadAttentionFusionPass], **kw)
+    """The canonicalization stage (the form the pass reads) and the MHA pass."""
+    graph, stats = fuse_model(model, passes=[CanonicalizePass, MultiHeadAttentionFusionPass], **kw)
     return graph, stats[PASS]
+
+
+def slots(node) -> dict:
+    return SLOTS.read(node.inputs)
 
 
 def fused_nodes(graph):
@@ -154,9 +160,15 @@ VARIANTS = {
     "conv1d_packed_split_where_causal": dict(linear="gemm", packed="split", mask="where"),
     "conv1d_separate_transb_alpha_beta": dict(linear="gemm", gemm_attrs=dict(transB=1, alpha=0.5, beta=2.0)),
     "conv1d_packed_no_bias_padding_mask": dict(linear="gemm", packed="split", bias=False, mask="add_input"),
+    "multi_query_one_kv_head": dict(kv_heads=1),
+    "cross_attention": dict(cross=True),
+    "where_condition_computed": dict(mask="where_input"),
+    "constant_mask_before_the_scale": dict(mask="add_const", mask_before_scale=True),
 }
-EXPECTED_MASK = {"where": "where_causal", "where_inverted": "where_causal", "add_input": "add",
-                 "add_const": "add", "add_zero": "none", "none": "none"}
+# mask form -> (the kernel slot that holds it, mask_kind)
+EXPECTED_MASK = {"where": ("mask", "where"), "where_inverted": ("mask", "where"), "add_input": ("bias", "none"),
+                 "add_const": ("bias", "none"), "add_zero": (None, "none"), "none": (None, "none"),
+                 "where_input": ("mask", "where")}
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -168,37 +180,45 @@ def test_variant_fuses_and_matches_ort(name):
     assert (stats.match_times, stats.effect_times, stats.misses) == (1, 1, [])
     node = fused_nodes(graph)[0]
     assert node.attrs["num_heads"] == H and node.attrs["head_dim"] == D
+    assert node.attrs["kv_heads"] == kw.get("kv_heads", H)
     expected_scale = 1.0 if kw.get("scale") == "none" else 1.0 / math.sqrt(D)
     assert node.attrs["scale"] == pytest.approx(expected_scale, rel=1e-6)
-    assert node.attrs["mask_kind"] == EXPECTED_MASK[kw.get("mask", "none")]
-    assert node.inputs[0].name == "x" and node.inputs[1].desc.shape == (HID, 3 * HID)
+    slot, kind = EXPECTED_MASK[kw.get("mask", "none")]
+    assert node.attrs["mask_kind"] == kind
+    given = {name for name in ("bias", "mask") if slots(node)[name] is not None}
+    assert given == ({slot} if slot else set())
+    assert slots(node)["x_q"].name == "x" and slots(node)["w_q"].desc.shape == (HID, HID)
+    assert (slots(node)["x_k"].name == "x_kv") == bool(kw.get("cross"))
     assert node.provenance["pass"] == PASS and "Softmax_" in " ".join(node.provenance["origin"])
     assert_matches_ort(model, graph)
     assert_matches_ort(model, graph, precision="fp16")
 
 
-def test_packed_weights_are_reused_not_copied():
-    model = build(packed="split")
-    graph, _ = run_pass(model)
-    weight = fused_nodes(graph)[0].inputs[1]
-    assert weight.name == model.graph.initializer[0].name   # the c_attn-style packed weight itself
+def test_separate_weights_are_reused_and_packed_ones_split_per_role():
+    model = build()
+    node = fused_nodes(run_pass(model)[0])[0]
+    names = [init.name for init in model.graph.initializer]
+    assert [slots(node)[w].name for w in ("w_q", "w_k", "w_v")] == [names[0], names[2], names[4]]
+    graph, _ = run_pass(build(packed="split"))
+    node = fused_nodes(graph)[0]
+    assert sum(slots(node)[w].const.size for w in ("w_q", "w_k", "w_v")) == HID * 3 * HID   # no copy kept twice
 
 
-def test_conv1d_packed_weights_are_reused_unless_gemm_attrs_fold():
-    graph, _ = run_pass(build(linear="gemm", packed="split"))
-    assert fused_nodes(graph)[0].inputs[1].name == "c0"        # GPT-2's c_attn weight itself
-    graph, _ = run_pass(build(linear="gemm", packed="split", gemm_attrs=dict(alpha=2.0)))
-    assert fused_nodes(graph)[0].inputs[1].name != "c0"        # alpha folded into a new constant
+def test_conv1d_weights_are_the_canonical_matmul_weights():
+    """Gemm's transB/alpha are folded by canonicalization (GemmAsMatMul), once."""
+    graph, _ = run_pass(build(linear="gemm", gemm_attrs=dict(transB=1, alpha=2.0)))
+    assert slots(fused_nodes(graph)[0])["w_q"].name.endswith("/as_matmul")
 
 
 def test_zero_mask_is_not_a_kernel_input():
     graph, _ = run_pass(build(mask="add_zero"))
-    assert len(fused_nodes(graph)[0].inputs) == 3
+    node = fused_nodes(graph)[0]
+    assert slots(node)["bias"] is None and slots(node)["mask"] is None
 
 
 @pytest.mark.parametrize("linear", ["matmul", "gemm"])
 def test_heads_merged_to_rows_are_read_through_a_view(linear):
-    """GPT-2 dynamo merges heads straight to [B*S,H*D] for the c_proj Gemm: the kernel writes
+    """A merge straight to [B*S,H*D] (GPT-2 dynamo, into the c_proj Gemm): the kernel writes
     [B,S,H*D] and a Reshape (a view, no kernel) keeps the graph's value and name."""
     model = build(linear=linear, packed="split", mask="where", merge_rows=True)
     graph, stats = run_pass(model)
@@ -213,10 +233,10 @@ def test_heads_merged_to_rows_are_read_through_a_view(linear):
 
 
 def test_fused_kernel_differs_when_a_bias_is_dropped():
-    """The comparison can fail: zeroing the packed bias changes the output."""
+    """The comparison can fail: zeroing the query bias changes the output."""
     model = build()
     graph, _ = run_pass(model)
-    bias = fused_nodes(graph)[0].inputs[2]
+    bias = slots(fused_nodes(graph)[0])["b_q"]
     bias.set_const(np.zeros_like(bias.const))
     with pytest.raises(AssertionError):
         assert_matches_ort(model, graph)
@@ -229,26 +249,28 @@ def _bert_feeds(model):
     return feeds
 
 
-ZOO = {
-    "bert_base": ({"Add": 24, "Cast": 1, "Div": 7, "Erf": 2, "Gather": 2, "Gemm": 1, "MatMul": 6, "Mul": 10,
-                   OP_TYPE: 2, "Pow": 5, "ReduceMean": 10, "Sqrt": 5, "Sub": 6, "Tanh": 1, "Unsqueeze": 2},
-                  "add", _bert_feeds),
-    "vit_base": ({"Add": 13, "Concat": 1, "Conv": 1, "Div": 2, "Erf": 2, "Gather": 1, "Gemm": 1,
-                  "LayerNormalization": 5, "MatMul": 6, "Mul": 4, OP_TYPE: 2, "Reshape": 1, "Transpose": 1},
-                 "none", random_feeds),
-    "gpt2": ({"Add": 15, "Gather": 1, "LayerNormalization": 5, "MatMul": 7, "Mul": 8, OP_TYPE: 2,
-              "Pow": 2, "Tanh": 2}, "where_causal", random_feeds),
+ZOO = {   # after canonicalization: the pooler/classifier Gemm is MatMul + Add, GELU one op
+    "bert_base": ({"Add": 23, "Cast": 1, "Div": 5, "Gather": 2, "Gelu": 2, "MatMul": 7, "Mul": 6, OP_TYPE: 2,
+                   "Pow": 5, "ReduceMean": 10, "Reshape": 1, "Sqrt": 5, "Sub": 6, "Tanh": 1},
+                  ("bias", "none"), _bert_feeds),
+    "vit_base": ({"Add": 12, "Concat": 1, "Conv": 1, "Gather": 1, "Gelu": 2, "LayerNormalization": 5,
+                  "MatMul": 7, OP_TYPE: 2, "Reshape": 1, "Transpose": 1},
+                 (None, "none"), random_feeds),
+    "gpt2": ({"Add": 11, "Gather": 1, "Gelu": 2, "LayerNormalization": 5, "MatMul": 7, OP_TYPE: 2},
+             ("mask", "where"), random_feeds),
 }
 
 
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_small(name):
-    counts, mask_kind, feeds_of = ZOO[name]
+    counts, (slot, mask_kind), feeds_of = ZOO[name]
     model = zoo.build(name, small=True)
     graph, stats = run_pass(model)
     assert graph.op_type_counts() == counts
     assert (stats.match_times, stats.effect_times, stats.misses) == (2, 2, [])
     assert {n.attrs["mask_kind"] for n in fused_nodes(graph)} == {mask_kind}
+    assert all((slots(n)["bias"] is not None or slots(n)["mask"] is not None) == bool(slot)
+               for n in fused_nodes(graph))
     assert {(n.attrs["num_heads"], n.attrs["head_dim"]) for n in fused_nodes(graph)} == {(2, 16)}
     feeds = feeds_of(model)
     assert_matches_ort(model, graph, feeds)
@@ -257,18 +279,15 @@ def test_zoo_small(name):
 
 # -- misses ---------------------------------------------------------------------------------
 MISSES = {
-    "probs_used_elsewhere": (dict(probs_output=True), "NF2001", "used outside the attention block"),
+    "probs_used_elsewhere": (dict(probs_output=True), "NF2001", "used outside the pattern"),
     "weight_not_constant": (dict(weight_input=True), "NF2002", "weight Wq of MatMul"),
-    "head_count_differs": (dict(kv_heads=1), "NF2004", "head count/dim differ"),
     "softmax_axis_not_last": (dict(axis=2), "NF2003", "axis=2"),
-    "where_condition_not_constant": (dict(mask="where_input"), "NF2006", "condition cond of Where"),
-    "cross_attention": (dict(cross=True), "NF2006", "cross attention"),
-    "mask_before_scale": (dict(mask="add_const", mask_before_scale=True), "NF2006", "before the scale"),
+    "computed_mask_before_scale": (dict(mask="add_input", mask_before_scale=True), "NF2006", "before the scale"),
     "conv1d_trans_a": (dict(linear="gemm", packed="split", gemm_attrs=dict(transA=1)), "NF2003", "transA=1"),
     "conv1d_weight_not_constant": (dict(linear="gemm", weight_input=True), "NF2002", "weight Wq of Gemm"),
-    "conv1d_rows_reordered": (dict(linear="gemm", unflatten_swap=True), "NF2006",
-                              "input A must be a Reshape of [B,S,hidden] = [5,2,8]"),
     "scale_on_v": (dict(v_scale=True), "NF2006", "V is scaled by 0.5"),
+    "conv1d_rows_reordered": (dict(linear="gemm", unflatten_swap=True), "NF2006",
+                              "does not read whole [S, D] head matrices"),
 }
 
 
@@ -277,7 +296,7 @@ def test_miss_reports_reason_and_leaves_graph(name):
     kw, code, text = MISSES[name]
     model = build(**kw)
     graph, stats = run_pass(model)
-    assert op_types(graph) == op_types(lower(model))
+    assert op_types(graph) == op_types(fuse_model(model, passes=[CanonicalizePass])[0])
     assert (stats.match_times, stats.effect_times) == (1, 0)
     [miss] = stats.misses
     assert miss.code == code and text in miss.constraint, (miss.code, miss.constraint)
@@ -300,7 +319,7 @@ def test_softmax_outside_attention_is_not_a_candidate():
 def test_disable_list_keeps_unfused_ops():
     model = build(packed="split", mask="where")
     graph, stats = run_pass(model, disabled_ops=[OP_TYPE])
-    assert op_types(graph) == op_types(lower(model))
+    assert op_types(graph) == op_types(fuse_model(model, passes=[CanonicalizePass])[0])
     assert (stats.match_times, stats.effect_times, stats.disabled_by) == (1, 0, "GE_FUSION_DISABLE_LIST")
 
 
@@ -309,11 +328,16 @@ def test_registered_in_pipeline():
 
 
 # -- kernel contract ------------------------------------------------------------------------
-def _types(b=1, s=8, hidden=32, heads=2, dtype=np.float16):
+def _types(b=1, s=8, hidden=32, heads=2, kv_heads=2, dtype=np.float16, **extra):
+    """Input types by slot name and attrs of a self-attention node with an additive mask."""
     d = hidden // heads
-    return [TensorType(np.dtype(dtype), (b, s, hidden)), TensorType(np.dtype(dtype), (hidden, 3 * hidden)),
-            TensorType(np.dtype(dtype), (3 * hidden,)), TensorType(np.dtype(dtype), (b, 1, 1, s))], \
-        {"num_heads": heads, "head_dim": d, "scale": 0.25, "mask_kind": "add"}
+    t = lambda *shape: TensorType(np.dtype(dtype), shape)  # noqa: E731
+    given = dict(x_q=t(b, s, hidden), w_q=t(hidden, heads * d), b_q=t(heads * d), x_k=t(b, s, hidden),
+                 w_k=t(hidden, kv_heads * d), b_k=t(kv_heads * d), x_v=t(b, s, hidden), w_v=t(hidden, kv_heads * d),
+                 b_v=t(kv_heads * d), bias=t(b, 1, 1, s))
+    given.update(extra)
+    return SLOTS.pack(**given), {"num_heads": heads, "kv_heads": kv_heads, "head_dim": d, "scale": 0.25,
+                                 "mask_kind": "none"}
 
 
 def test_kernel_infer_and_work():
@@ -326,8 +350,25 @@ def test_kernel_infer_and_work():
     assert work.cube_macs == 8 * 32 * 96 + 2 * scores * 16
     assert work.vector_ops == {"alu": 8 * 96 + 5 * scores, "transcendental": scores, "div": scores}
     assert work.onchip_bytes == 2 * (2 * scores + 8 * 96)
-    no_mask = dict(attrs, mask_kind="none")
-    assert kernel.work(inputs[:3], [out], no_mask).vector_ops["alu"] == 8 * 96 + 4 * scores
+    no_bias, _ = _types(bias=None)
+    assert kernel.work(no_bias, [out], attrs).vector_ops["alu"] == 8 * 96 + 4 * scores
+
+
+def test_kernel_work_of_grouped_query_rotary_and_projected_inputs():
+    """GQA reads KV heads by group (K/V projections are narrower, not repeated); RoPE costs
+    3 vector ops per rotated Q and K element; a projected input costs no projection."""
+    kernel = kernel_of(OP_TYPE)
+    inputs, attrs = _types(heads=4, kv_heads=2, bias=None)
+    [out] = kernel.op.infer(inputs, attrs)
+    gqa = kernel.work(inputs, [out], attrs)
+    scores = 4 * 8 * 8
+    assert gqa.cube_macs == 8 * 32 * (32 + 16 + 16) + 2 * scores * 8
+    rot = dict(attrs, rotary_dim=8)
+    cos = TensorType(np.dtype(np.float16), (1, 8, 4))
+    with_rope, _ = _types(heads=4, kv_heads=2, bias=None, rope_cos=cos, rope_sin=cos)
+    assert kernel.work(with_rope, [out], rot).vector_ops["alu"] - gqa.vector_ops["alu"] == 3 * (4 * 8 + 2 * 8) * 8
+    projected, _ = _types(heads=4, kv_heads=2, bias=None, w_q=None, b_q=None)
+    assert kernel.work(projected, [out], attrs).cube_macs == gqa.cube_macs - 8 * 32 * 32
 
 
 def test_kernel_rejects_inconsistent_shapes():
@@ -335,7 +376,12 @@ def test_kernel_rejects_inconsistent_shapes():
     inputs, attrs = _types()
     with pytest.raises(AtcError):
         kernel.op.infer(inputs, dict(attrs, num_heads=3))
+    bad_bias, _ = _types(bias=TensorType(np.dtype(np.float16), (1, 1, 3, 3)))
     with pytest.raises(AtcError):
-        kernel.op.infer(inputs[:3] + [TensorType(np.dtype(np.float16), (1, 1, 3, 3))], attrs)
+        kernel.op.infer(bad_bias, attrs)
     with pytest.raises(AtcError):
-        kernel.op.infer(inputs[:3], attrs)   # mask_kind add without a mask
+        kernel.op.infer(inputs, dict(attrs, mask_kind="add"))       # mask_kind add without a mask
+    with pytest.raises(AtcError):
+        kernel.op.infer(inputs, dict(attrs, kv_heads=3))            # 3 KV heads do not group 2 heads
+    with pytest.raises(AtcError):
+        kernel.op.infer(inputs, dict(attrs, rotary_dim=8))          # rotary without its tables

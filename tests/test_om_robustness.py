@@ -188,8 +188,10 @@ def test_kernel_failing_on_recorded_attrs_is_e10003_naming_it(tmp_path, capsys):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])], [w])
     onnx_path = tmp_path / "gemm.onnx"
     onnx_path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    off = tmp_path / "off.json"          # no fusion (nor its canonical MatMul form): the Gemm stays a Gemm
+    off.write_text('{"Switch": {"GraphFusion": {"ALL": "off"}, "UBFusion": {"ALL": "off"}}}')
     assert atc_cli.main([f"--model={onnx_path}", "--framework=5", f"--output={tmp_path / 'gemm'}",
-                         "--soc_version=Ascend910"]) == 0
+                         "--soc_version=Ascend910", f"--fusion_switch_file={off}"]) == 0
     om = read_om(str(tmp_path / "gemm.om"))
     md = load_model_def(om)
     _op(md, "gemm").attr["alpha"].CopyFrom(om_attrs.to_attr("abc"))

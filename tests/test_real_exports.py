@@ -112,7 +112,7 @@ _FUSED: dict = {}
 
 def _fused(exports, name, exporter, passes=None):
     """(graph, {pass: stats}) of the fusion pipeline (or only `passes`) on an export, once per session."""
-    key = (name, exporter, tuple(type(p).__name__ for p in passes or ()))
+    key = (name, exporter, tuple(p.__name__ for p in passes or ()))
     if key not in _FUSED:
         _FUSED[key] = fuse_model(exports.model(name, exporter), passes=passes)
     return _FUSED[key]
@@ -135,27 +135,34 @@ def test_no_softmax_or_attention_matmul_is_left(exports, name, exporter):
     assert "Softmax" not in counts and "MatMul" not in counts and "Transpose" not in counts, counts
 
 
+def _mha_only():
+    """Canonicalization (the form the pass reads) and the MHA pass, nothing else."""
+    from fusion_passes.canonical import CanonicalizePass
+    from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
+    return [CanonicalizePass, MultiHeadAttentionFusionPass]
+
+
 @pytest.mark.parametrize("name,exporter", TRANSFORMERS, ids=TRANSFORMER_IDS)
 def test_mha_masks_are_the_computed_padding_mask_or_none(exports, name, exporter):
     """BERT/GPT-2: the transformers-5 `Where(mask, 0, -3.4e38)` tensor (padding, plus causal for
-    GPT-2) is the kernel's additive mask input; ViT: no mask (dynamo's all-zero Add is dropped).
+    GPT-2) is the kernel's additive bias input; ViT: none (dynamo's all-zero Add is dropped).
     MHA pass alone, so the mask's producer is still the exporter's Where (autofuse takes it later)."""
-    from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
-    graph, _ = _fused(exports, name, exporter, [MultiHeadAttentionFusionPass])
+    from codegen.fused.attention import SLOTS
+    graph, _ = _fused(exports, name, exporter, _mha_only())
     for node in (n for n in graph.nodes if n.op_type == MHA):
+        slots = SLOTS.read(node.inputs)
+        assert node.attrs["mask_kind"] == "none" and slots["mask"] is None
         if name == "vit":
-            assert node.attrs["mask_kind"] == "none" and len(node.inputs) == 3
+            assert slots["bias"] is None
         else:
-            assert node.attrs["mask_kind"] == "add"
-            assert node.inputs[3].producer is not None and node.inputs[3].producer.op_type == "Where"
+            assert slots["bias"].producer is not None and slots["bias"].producer.op_type == "Where"
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("name,exporter", TRANSFORMERS, ids=TRANSFORMER_IDS)
 def test_mha_kernels_alone_match_onnxruntime(exports, name, exporter, precision):
     """Only the MHA pass: every other op stays as exported, so a wrong attention kernel shows."""
-    from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
-    graph, _ = _fused(exports, name, exporter, [MultiHeadAttentionFusionPass])
+    graph, _ = _fused(exports, name, exporter, _mha_only())
     assert graph.op_type_counts().get(MHA) == SMALL_LAYERS
     with np.errstate(over="ignore"):
         assert_matches_ort(exports.model(name, exporter), graph, exporters.example_feeds(name), precision=precision)

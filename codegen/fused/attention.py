@@ -1,117 +1,198 @@
-"""MultiHeadAttentionFusionOp: self-attention from the hidden states to the merged heads.
+"""MultiHeadAttentionFusionOp: softmax(Q.K^T * scale + bias [+ mask]) . V with the Q/K/V
+projections, rotary embedding and head split/merge inside one kernel.
 
-Why one kernel: unfused, attention writes Q, K, V, the [B,H,S,S] scores, the masked scores
-and the probabilities to global memory and reads them back; fused, they stay in UB/L0 and
-only x, the weights, the mask and the merged context cross global memory.
+Why one kernel: unfused, attention writes Q, K, V, the [B,H,Sq,Skv] scores, the masked
+scores and the probabilities to global memory and reads them back; fused, they stay in
+UB/L0 and only the hidden states, the weights, the bias/mask and the merged context cross
+global memory.
 
-Inputs: x [B,S,hidden], Wqkv [hidden, 3*H*D] (Q | K | V columns, head h of each at
-columns h*D:(h+1)*D, i.e. the order a [B,S,H,D] reshape implies), bqkv [3*H*D], then
-optional mask: an additive tensor broadcasting to [B,H,S,S] (mask_kind "add") or a bool
-tensor where False positions get `mask_value` (mask_kind "where_causal").
-Attrs: num_heads, head_dim, scale (applied to Q.K^T), mask_kind, mask_value.
-Output: [B,S,H*D].  float16 data is computed in float32 (the cube's fp32 accumulator,
+Input slots (SLOTS; absent optional slots are None):
+  x_q [B,Sq,Kq]       hidden states the queries are projected from
+  w_q [Kq,H*D], b_q [H*D]           query projection (head h: columns h*D:(h+1)*D)
+  x_k [B,Skv,Kk], w_k [Kk,Hkv*D], b_k     key projection, Hkv KV heads
+  x_v [B,Skv,Kv], w_v [Kv,Hkv*Dv], b_v    value projection
+                      (x_q, x_k, x_v are one tensor for self-attention; K and V read the
+                      encoder output in cross-attention).  Without its weight, a role's x
+                      is already projected: [B,S,heads*dim], head h at columns h*dim (the
+                      projection stays its own GEMM when something else reads it, e.g.
+                      DeBERTa's relative-position bias reads Q and K)
+  bias                additive, broadcasting to [B,H,Sq,Skv] (position bias, padding mask)
+  mask                a second additive term (mask_kind "add") or a bool tensor: where it is
+                      not mask_keep (default True) the score is mask_value (mask_kind "where")
+  rope_cos, rope_sin  [B|1,S,R/2] rotary tables applied to Q and K after the projection
+                      (RotaryEmbedding semantics, ge/ops/rotary.py)
+Attrs: num_heads H, kv_heads Hkv (grouped-query: query head h reads KV head h // (H/Hkv)),
+head_dim D, v_head_dim Dv, scale, mask_kind, mask_value, nan_guard (1: probabilities that
+are NaN -- a row masked entirely with -inf -- are 0, SDPA's guard), rotary_dim R (0: none),
+rotary_interleaved.
+Output: [B,Sq,H*Dv].  float16 data is computed in float32 (the cube's fp32 accumulator,
 softmax statistics in fp32) and cast back.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from codegen.fused.slots import Slots
 from codegen.registry import register
 from codegen.work import Work
+from ge.errors import InvalidNode
 from ge.ops.common import approx_reciprocal, fast_impl, own_dtype_inside
 from ge.ops.registry import OpDef, OpKind, TensorType
-from ge.errors import InvalidNode
+from ge.ops.rotary import rotate
 
 OP_TYPE = "MultiHeadAttentionFusionOp"
-MASK_KINDS = ("none", "add", "where_causal")
+MASK_KINDS = ("none", "add", "where")
+SLOTS = Slots("x_q", "w_q", "b_q", "x_k", "w_k", "b_k", "x_v", "w_v", "b_v", "bias", "mask", "rope_cos",
+              "rope_sin", required=("x_q", "x_k", "x_v"))
+ROLES = ("q", "k", "v")
 
 
-def _dims(x_shape, w_shape, b_shape, attrs):
-    """(B, S, hidden, H, D), checking the weights agree with num_heads/head_dim."""
-    heads, head_dim = int(attrs["num_heads"]), int(attrs["head_dim"])
-    width = 3 * heads * head_dim
-    if len(x_shape) != 3 or tuple(w_shape) != (x_shape[2], width) or tuple(b_shape) != (width,):
-        raise InvalidNode(f"{OP_TYPE}: x {tuple(x_shape)}, Wqkv {tuple(w_shape)}, bqkv "
-                          f"{tuple(b_shape)} do not fit num_heads={heads}, head_dim={head_dim}",
-                          "x must be [B,S,hidden], Wqkv [hidden, 3*H*D] and bqkv [3*H*D].")
-    if attrs.get("mask_kind", "none") not in MASK_KINDS:
-        raise InvalidNode(f"{OP_TYPE}: mask_kind [{attrs.get('mask_kind')}] is not one of "
-                          f"{MASK_KINDS}", "Use one of the supported mask kinds.")
-    return int(x_shape[0]), int(x_shape[1]), int(x_shape[2]), heads, head_dim
+def _bad(message: str) -> InvalidNode:
+    return InvalidNode(f"{OP_TYPE}: {message}", "Check the fused attention node's inputs and attributes.")
+
+
+def _dims(s: dict, attrs: dict) -> dict:
+    """Every size of the node, after checking the inputs agree with the attributes."""
+    heads, kv_heads = int(attrs["num_heads"]), int(attrs.get("kv_heads", attrs["num_heads"]))
+    d, dv = int(attrs["head_dim"]), int(attrs.get("v_head_dim", attrs["head_dim"]))
+    xq, xk, xv = (tuple(s[f"x_{r}"].shape) for r in ROLES)
+    if heads <= 0 or kv_heads <= 0 or heads % kv_heads:
+        raise _bad(f"num_heads {heads} is not a multiple of kv_heads {kv_heads}")
+    if len(xq) != 3 or len(xk) != 3 or len(xv) != 3 or not xq[0] == xk[0] == xv[0] or xk[1] != xv[1]:
+        raise _bad(f"x_q {xq}, x_k {xk} and x_v {xv} must be [B,S,K] with one B (and one S for K and V)")
+    widths = {"q": heads * d, "k": kv_heads * d, "v": kv_heads * dv}
+    for r in ROLES:
+        x, w, b, width = s[f"x_{r}"], s[f"w_{r}"], s[f"b_{r}"], widths[r]
+        expect = (x.shape[2], width) if w is not None else None
+        if w is None and x.shape[2] != width:
+            raise _bad(f"projected x_{r} {tuple(x.shape)} has not {width} features")
+        if w is not None and tuple(w.shape) != expect:
+            raise _bad(f"w_{r} is {tuple(w.shape)}, expected {expect}")
+        if b is not None and (w is None or tuple(b.shape) != (width,)):
+            raise _bad(f"b_{r} is {tuple(b.shape)}, expected {(width,)} with w_{r}")
+    xkv = xk
+    kind = attrs.get("mask_kind", "none")
+    if kind not in MASK_KINDS:
+        raise _bad(f"mask_kind [{kind}] is not one of {MASK_KINDS}")
+    scores = (xq[0], heads, xq[1], xkv[1])
+    for name in ("bias", "mask"):
+        t = s[name]
+        if t is None:
+            if name == "mask" and kind != "none":
+                raise _bad(f"mask_kind {kind} needs a mask input")
+            continue
+        try:
+            ok = len(t.shape) <= 4 and np.broadcast_shapes(tuple(t.shape), scores) == scores
+        except ValueError:
+            ok = False
+        if not ok:
+            raise _bad(f"{name} {tuple(t.shape)} does not broadcast to the scores {scores}")
+    rot = int(attrs.get("rotary_dim", 0))
+    if rot:
+        cos = s["rope_cos"]
+        if cos is None or s["rope_sin"] is None or xq[1] != xkv[1] or rot % 2 or rot > d \
+                or len(cos.shape) != 3 or cos.shape[0] not in (1, xq[0]) or tuple(cos.shape[1:]) != (xq[1], rot // 2) \
+                or tuple(s["rope_sin"].shape) != tuple(cos.shape):
+            raise _bad(f"rotary_dim {rot} needs rope_cos/rope_sin [B|1,S,{rot // 2}] and Sq == Skv")
+    return dict(batch=xq[0], sq=xq[1], skv=xkv[1], heads=heads, kv_heads=kv_heads, d=d, dv=dv, rot=rot,
+                k={r: s[f"x_{r}"].shape[2] if s[f"w_{r}"] is not None else 0 for r in ROLES})
+
+
+def _project(s, role, heads, dim, ct):
+    x, w, b = s[f"x_{role}"], s[f"w_{role}"], s[f"b_{role}"]
+    y = x.astype(ct) if w is None else np.matmul(x.astype(ct, copy=False), w.astype(ct, copy=False))
+    if b is not None:
+        y += b.astype(ct, copy=False)
+    return y.reshape(x.shape[0], x.shape[1], heads, dim).transpose(0, 2, 1, 3)     # [B,heads,S,dim]
 
 
 def compute(inputs, attrs):
-    x, w, b = inputs[:3]
-    mask = inputs[3] if len(inputs) > 3 else None
-    batch, seq, _, heads, head_dim = _dims(x.shape, w.shape, b.shape, attrs)
+    s = SLOTS.read(inputs)
+    n = _dims(s, attrs)
+    x = s["x_q"]
     ct = np.dtype(np.float32) if x.dtype == np.float16 else x.dtype
-    qkv = np.matmul(x.astype(ct, copy=False), w.astype(ct, copy=False)) + b.astype(ct, copy=False)
-    q, k, v = qkv.reshape(batch, seq, 3, heads, head_dim).transpose(2, 0, 3, 1, 4)  # 3 x [B,H,S,D]
+    q = _project(s, "q", n["heads"], n["d"], ct)
+    k = _project(s, "k", n["kv_heads"], n["d"], ct)
+    v = _project(s, "v", n["kv_heads"], n["dv"], ct)
+    if n["rot"]:
+        cos = s["rope_cos"].astype(ct)[:, None]
+        sin = s["rope_sin"].astype(ct)[:, None]
+        interleaved = bool(int(attrs.get("rotary_interleaved", 0)))
+        q, k = rotate(q, cos, sin, n["rot"], interleaved), rotate(k, cos, sin, n["rot"], interleaved)
+    group = n["heads"] // n["kv_heads"]
+    if group > 1:                                     # query head h reads KV head h // group
+        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     scores = np.matmul(q, k.swapaxes(-1, -2))
     scores *= ct.type(float(attrs.get("scale", 1.0)))
+    if s["bias"] is not None:
+        scores = scores + s["bias"].astype(ct, copy=False)
     kind = attrs.get("mask_kind", "none")
     if kind == "add":
-        scores = scores + mask.astype(ct, copy=False)
-    elif kind == "where_causal":
-        scores = np.where(mask, scores, ct.type(float(attrs["mask_value"])))
-    scores -= np.max(scores, axis=-1, keepdims=True)
-    if own_dtype_inside(attrs) and x.dtype == np.float16:
-        # high_performance / keep_fp16 softmax: exp in float16, the sum in float32, then a
-        # reciprocal estimate and a multiply (high_performance) or a division (keep_fp16)
-        probs16 = np.exp(scores.astype(np.float16))
-        total = np.sum(probs16, axis=-1, keepdims=True, dtype=np.float32).astype(np.float16)
-        probs16 = probs16 * approx_reciprocal(total) if fast_impl(attrs) else probs16 / total
-        probs = probs16.astype(ct)
-    else:
-        probs = np.exp(scores)
-        if fast_impl(attrs):
-            probs *= approx_reciprocal(np.sum(probs, axis=-1, keepdims=True))
+        scores = scores + s["mask"].astype(ct, copy=False)
+    elif kind == "where":
+        keep = s["mask"] if int(attrs.get("mask_keep", 1)) else np.logical_not(s["mask"])
+        scores = np.where(keep, scores, ct.type(float(attrs["mask_value"])))
+    with np.errstate(invalid="ignore"):              # a row of -inf gives NaN, as Softmax does
+        scores = scores - np.max(scores, axis=-1, keepdims=True)
+        if own_dtype_inside(attrs) and x.dtype == np.float16:
+            # high_performance / keep_fp16 softmax: exp in float16, the sum in float32, then a
+            # reciprocal estimate and a multiply (high_performance) or a division (keep_fp16)
+            probs16 = np.exp(scores.astype(np.float16))
+            total = np.sum(probs16, axis=-1, keepdims=True, dtype=np.float32).astype(np.float16)
+            probs16 = probs16 * approx_reciprocal(total) if fast_impl(attrs) else probs16 / total
+            probs = probs16.astype(ct)
         else:
-            probs /= np.sum(probs, axis=-1, keepdims=True)
-    ctx = np.matmul(probs, v)                                               # [B,H,S,D]
-    y = ctx.transpose(0, 2, 1, 3).reshape(batch, seq, heads * head_dim)
+            probs = np.exp(scores)
+            if fast_impl(attrs):
+                probs *= approx_reciprocal(np.sum(probs, axis=-1, keepdims=True))
+            else:
+                probs /= np.sum(probs, axis=-1, keepdims=True)
+    if int(attrs.get("nan_guard", 0)):
+        probs = np.where(np.isnan(probs), ct.type(0.0), probs)
+    ctx = np.matmul(probs, v)                                               # [B,H,Sq,Dv]
+    y = ctx.transpose(0, 2, 1, 3).reshape(n["batch"], n["sq"], n["heads"] * n["dv"])
     return [np.ascontiguousarray(y).astype(x.dtype, copy=False)]
 
 
 def infer(inputs, attrs):
-    x, w, b = inputs[:3]
-    batch, seq, _, heads, head_dim = _dims(x.shape, w.shape, b.shape, attrs)
-    if attrs.get("mask_kind", "none") != "none":
-        if len(inputs) < 4 or inputs[3] is None:
-            raise InvalidNode(f"{OP_TYPE}: mask_kind {attrs['mask_kind']} needs a mask input",
-                              "Give the mask tensor as the fourth input.")
-        try:
-            ok = np.broadcast_shapes(tuple(inputs[3].shape), (batch, heads, seq, seq)) == (batch, heads, seq, seq)
-        except ValueError:
-            ok = False
-        if not ok:
-            raise InvalidNode(f"{OP_TYPE}: mask {tuple(inputs[3].shape)} does not broadcast to "
-                              f"the scores {(batch, heads, seq, seq)}", "Give a [B|1,H|1,S|1,S] mask.")
-    return [TensorType(np.dtype(x.dtype), (batch, seq, heads * head_dim))]
+    s = SLOTS.read(inputs)
+    n = _dims(s, attrs)
+    return [TensorType(np.dtype(s["x_q"].dtype), (n["batch"], n["sq"], n["heads"] * n["dv"]))]
 
 
 def work(inputs, outputs, attrs):
-    """Cube: the QKV projection, Q.K^T and P.V.  Vector: bias, scale, mask and softmax
-    (max, sub, exp, sum, div as the Softmax op counts them).  The head split and merge are
-    strided loads/stores of the tiles, not vector moves.  On chip: Q, K, V, the scores and
-    the probabilities."""
-    x, w, b = inputs[:3]
-    batch, seq, hidden, heads, head_dim = _dims(x.shape, w.shape, b.shape, attrs)
-    width = 3 * heads * head_dim
-    scores = batch * heads * seq * seq
-    result = Work(cube_macs=batch * seq * hidden * width + 2 * scores * head_dim)
-    result.add_vector("alu", batch * seq * width)            # bias
+    """Cube: the Q/K/V projections (of the roles that have weights), Q.K^T and P.V (KV heads
+    are read by their query groups, not copied).  Vector: projection biases, rotary (3 ops per rotated Q/K element), scale,
+    bias/mask and softmax (max, sub, exp, sum, div as the Softmax op counts them), the NaN
+    guard.  The head split and merge are strided loads/stores of the tiles, not vector
+    moves.  On chip: Q, K, V, the scores and the probabilities."""
+    s = SLOTS.read(inputs)
+    n = _dims(s, attrs)
+    b, sq, skv, h, hkv, d, dv = (n[k] for k in ("batch", "sq", "skv", "heads", "kv_heads", "d", "dv"))
+    q_cols, k_cols, v_cols = h * d, hkv * d, hkv * dv
+    scores = b * h * sq * skv
+    result = Work(cube_macs=b * sq * n["k"]["q"] * q_cols + b * skv * (n["k"]["k"] * k_cols + n["k"]["v"] * v_cols)
+                  + scores * (d + dv))
+    biases = sum(b * (sq if name == "b_q" else skv) * cols for name, cols in
+                 (("b_q", q_cols), ("b_k", k_cols), ("b_v", v_cols)) if s[name] is not None)
+    if biases:
+        result.add_vector("alu", biases)
+    if n["rot"]:
+        result.add_vector("alu", 3 * b * (h * sq + hkv * skv) * n["rot"])
     result.add_vector("alu", scores)                          # scale
-    if attrs.get("mask_kind", "none") != "none":
-        result.add_vector("alu", scores)                      # mask add / select
+    for name in ("bias", "mask"):
+        if s[name] is not None:
+            result.add_vector("alu", scores)                  # bias add, mask add / select
     result.add_vector("alu", 3 * scores)                      # softmax max, sub, sum
     result.add_vector("transcendental", scores)               # exp
     if fast_impl(attrs):                                      # normalise: reciprocal estimate x
         result.add_vector("alu", scores)
     else:                                                     # normalise: a division
         result.add_vector("div", scores)
-    itemsize = np.dtype(x.dtype).itemsize
-    result.onchip_bytes = itemsize * (2 * scores + batch * seq * width)
+    if int(attrs.get("nan_guard", 0)):
+        result.add_vector("alu", scores)
+    itemsize = np.dtype(s["x_q"].dtype).itemsize
+    result.onchip_bytes = itemsize * (2 * scores + b * sq * q_cols + b * skv * (k_cols + v_cols))
     return result
 
 

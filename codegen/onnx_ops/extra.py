@@ -1,5 +1,6 @@
-"""Kernels of GatherND and CastLike (ge/ops/extra.py): data movement and conversion on the
-vector unit, priced per output element."""
+"""Kernels of GatherND and CastLike (ge/ops/extra.py) and RotaryEmbedding (ge/ops/rotary.py):
+data movement, conversion and the rotation on the vector unit, priced per output element
+(the rotation: two multiplies and an add or subtract per element)."""
 from __future__ import annotations
 
 from codegen.registry import register
@@ -7,3 +8,4 @@ from codegen.work import per_element
 
 register("GatherND", per_element(move=1), "GatherNd")
 register("CastLike", per_element(alu=1))
+register("RotaryEmbedding", per_element(alu=3))

@@ -10,8 +10,10 @@ order.  The stage runs the list over the graph until nothing changes (at most `M
 times: one rewrite can expose another's idiom), removes what the rewrites left unused, and
 reports how often each rewrite changed the graph (`CanonicalResult.by_rewrite`, printed
 under --log=debug).  It is one entry of fusion_passes.pipeline.fusion_passes(), before the
-named passes; it always runs (it changes how the graph is written, not what it computes),
-and is not a fusion pass: the switch file and the Graph Fusion Report do not list it.
+named passes, and is not a fusion pass: the switch file and the Graph Fusion Report do not
+list it.  It runs whenever a pass it prepares the graph for runs (it changes how the graph
+is written, not what it computes); with every fusion switched off (`active=False`) the
+graph stays as the exporter wrote it, op for op.
 """
 from __future__ import annotations
 
@@ -23,11 +25,18 @@ from fusion_passes.canonical.concat_prefix import ConcatPrefix
 from fusion_passes.canonical.concat_single import ConcatSingle
 from fusion_passes.canonical.gelu_erf import GeluErf
 from fusion_passes.canonical.gelu_tanh import GeluTanh
+from fusion_passes.canonical.gemm_as_matmul import GemmAsMatMul
 from fusion_passes.canonical.hard_sigmoid import HardSigmoid
 from fusion_passes.canonical.hard_swish import HardSwish
+from fusion_passes.canonical.linear_views import ViewAboveLinear, ViewBelowLinear
 from fusion_passes.canonical.mish import Mish
 from fusion_passes.canonical.rewrite import Rewrite
+from fusion_passes.canonical.rotary import RotaryEmbedding
+from fusion_passes.canonical.score_scale import ScoreScale
+from fusion_passes.canonical.softmax_guard import SoftmaxNanGuard
 from fusion_passes.canonical.swish import Swish
+from fusion_passes.canonical.view_chains import ReshapeChain, TransposeChain
+from fusion_passes.canonical.view_forms import ViewAsReshape
 from fusion_passes.switches import FusionSwitches
 from ge.ir import Graph
 from ge.passes.contract import CANONICAL, TYPED, GraphPass, PassResult
@@ -41,6 +50,16 @@ REWRITES: tuple = (
     Clip(), HardSigmoid(), HardSwish(), Swish(), GeluErf(), GeluTanh(), Mish(),
     # DenseNet's re-concatenations as one growing concat, so each conv can write into it
     ConcatSingle(), ConcatPrefix(),
+    # views, linear layers and attention idioms
+    ViewAsReshape(),        # Squeeze/Unsqueeze/Flatten -> Reshape
+    GemmAsMatMul(),         # Gemm -> MatMul [+ Add]
+    ReshapeChain(),         # Reshape(Reshape(x)) -> Reshape(x); same-shape Reshape -> x
+    TransposeChain(),       # Transpose(Transpose(x)) -> Transpose(x) or x
+    ViewBelowLinear(),      # token views cross linear layers, to the views they belong with
+    ViewAboveLinear(),
+    ScoreScale(),           # (a*Q).(b*K)^T -> (a*b)*(Q.K^T)
+    SoftmaxNanGuard(),      # Where(IsNaN(softmax), 0, softmax) -> softmax, when proved a no-op
+    RotaryEmbedding(),      # x*cos + rotate_half(x)*sin -> RotaryEmbedding(x)
 )
 
 
@@ -63,19 +82,23 @@ class CanonicalizePass(GraphPass):
     requires = frozenset({TYPED, CANONICAL})
 
     def __init__(self, switches: Optional[FusionSwitches] = None,
-                 rewrites: Optional[Sequence[Rewrite]] = None):
+                 rewrites: Optional[Sequence[Rewrite]] = None, active: bool = True):
         self.rewrites = tuple(REWRITES if rewrites is None else rewrites)
+        self.active = active
 
     def run(self, graph: Graph) -> CanonicalResult:
         result = CanonicalResult(self.name)
-        for _ in range(MAX_ROUNDS):
+        for _ in range(MAX_ROUNDS if self.active else 0):
             before = result.changes
             for rewrite in self.rewrites:
+                changes = result.changes
                 for node in list(graph.nodes):
                     if node.graph is graph and node.op_type in rewrite.anchor_types and _live(node) \
                             and rewrite.apply(graph, node):
                         result.count(rewrite)
-            remove_dead_nodes(graph)
+                if result.changes != changes:
+                    while remove_dead_nodes(graph):     # rewrites append nodes out of order: repeat
+                        pass                            # so the next rewrite sees true reader counts
             if result.changes == before:
                 break
         return result

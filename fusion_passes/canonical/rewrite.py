@@ -57,10 +57,18 @@ def add_node(graph: Graph, op_type: str, inputs: Sequence[Optional[Value]], attr
     return node
 
 
+def can_bypass(old: Value, new: Value) -> bool:
+    """Whether readers of `old` may read `new` instead: a graph output must keep its name,
+    so `new` must be a computed value that is not itself a graph output."""
+    return not old.is_graph_output or (new.producer is not None and not new.is_graph_output and not new.is_const)
+
+
 def replace_value(graph: Graph, old: Value, new: Value) -> None:
     """Every reader of `old` (and the graph outputs) reads `new`; `new` keeps its own name
-    unless `old` is a graph output, whose name must stay."""
-    if old.is_graph_output and new.producer is not None and not new.is_graph_output:
+    unless `old` is a graph output, whose name must stay (check `can_bypass` first)."""
+    if not can_bypass(old, new):
+        raise ValueError(f"cannot replace graph output {old.name} by {new.name}")
+    if old.is_graph_output:
         new.name, old.name = old.name, graph.unique_name(f"{old.name}/replaced")
     graph.replace_all_uses_with(old, new)
 
@@ -69,3 +77,16 @@ def _type(value: Optional[Value]) -> Optional[TensorType]:
     if value is None:
         return None
     return TensorType(np.dtype(value.desc.dtype), tuple(value.desc.shape))
+
+
+def bypass(graph: Graph, node: Node, value: Value, also: Iterable[Node] = ()) -> bool:
+    """Readers of `node`'s output read `value` instead (`node`, and `also`, proved to compute
+    nothing); the ONNX nodes they stood for go to `value`'s producer.  False if a graph
+    output would lose its name."""
+    out = node.outputs[0]
+    if not can_bypass(out, value):
+        return False
+    if value.producer is not None:
+        absorb_origin(value.producer, [node, *also])
+    replace_value(graph, out, value)
+    return True

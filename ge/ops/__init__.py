@@ -5,4 +5,4 @@ package imports every one of them, so any import of `ge.ops...` sees the whole t
 Adding an op family is adding a module and its line here (and its kernel in codegen/onnx_ops).
 """
 from ge.ops import (ascend_quant, elementwise, extra, nn, normalization, quant, quant_contrib,  # noqa: F401
-                    reduce, scatter, tensor)  # (register their ops)
+                    reduce, rotary, scatter, tensor)  # (register their ops)
