@@ -9,18 +9,23 @@ more trip through global memory per op when run as separate kernels; fused, it i
 to the accumulator on chip.  BN is folded into the conv weights and bias at compile time
 (float64, cast back to the weight dtype), so the kernel is conv + bias + add + act.
 
-Walk from the Conv anchor downstream, greedily: BN, then Add (either operand order; the
-other operand comes from elsewhere and broadcasts to the conv output), then one canonical
-activation (any op of codegen/fused/epilogue.ACTIVATIONS: the canonical stage has already
-turned SiLU, QuickGelu, HardSwish, GELU... into their ops), then a pooled store (AveragePool
-or MaxPool with non-overlapping windows: DenseNet's transitions, VGG), then a permuted store: an
-optional view op (Reshape, Flatten, Squeeze, Unsqueeze) and a Transpose (ViT's patch
-embedding, `output_shape` / `output_perm`), then a Concat taking the result as one operand
-(ViT's CLS token, Inception's branches, DenseNet's growing feature map once the canonical
-stage has nested its concats; the kernel copies the other operands), then a permuted store
-of the concatenation (ShuffleNet's channel shuffle: Reshape[N, g, C/g, ...] -> Transpose).  Autofuse may then absorb
-the elementwise tail (ViT's position-embedding Add).  A later intermediate with other
-consumers ends the pattern there (what came before still fuses, its output stays visible).
+Walk from the Conv anchor.  Upstream, an input scale: the conv's input is Mul(x, s) with s
+one run-time value per sample and channel (squeeze-excite's gate), read by nothing else.
+Downstream, greedily: BN, then Add (either operand order; the other operand comes from
+elsewhere and broadcasts to the conv output), then one canonical activation (any op of
+codegen/fused/epilogue.ACTIVATIONS: the canonical stage has already turned SiLU, QuickGelu,
+HardSwish, GELU... into their ops), then the stores, each optional:
+- pooled: AveragePool/MaxPool with non-overlapping windows (DenseNet's transitions, VGG);
+- permuted: a view op (Reshape, Flatten, Squeeze, Unsqueeze) and a Transpose (ViT's patch
+  embedding, `output_shape` / `output_perm`);
+- concatenated: a Concat taking the result as one operand (ViT's CLS token, Inception's
+  branches, DenseNet's growing feature map once the canonical stage has nested its concats;
+  the kernel copies the other operands);
+- a permuted store of the concatenation (ShuffleNet's channel shuffle: Reshape[N, g, C/g,
+  ...] -> Transpose, `concat_view_shape` / `concat_perm`).
+Autofuse may then absorb the elementwise tail (ViT's position-embedding Add, DenseNet's next
+BN + ReLU).  A later intermediate with other consumers ends the pattern there (what came
+before still fuses, its output stays visible).
 
 Residual convolution: when the Add's other operand is the output of another Conv [+ BN]
 (ResNet's downsample branch) used by nothing else, with the same output shape, that conv
@@ -31,8 +36,8 @@ the Add takes it as a plain residual input and the lone conv's own anchor record
 
 Which pass takes a conv (`conv_variant`): depthwise (group = input channels > 1), grouped
 (1 < group < input channels), dilated (group 1, a dilation != 1), else plain.  A conv with
-nothing to fuse after it is not a candidate; its pass still says why it stays a plain Conv
-kernel (a miss outside match_times), unless a later pass (ConvPoolFC) takes it.
+nothing to fuse is not a candidate; its pass still says why it stays a plain Conv kernel (a
+miss outside match_times) -- ConvPoolFC or ConvChain may take it later.
 
 Misses (GE's constraints): the conv output itself used elsewhere (NF2001: BN cannot be
 folded, nothing can fuse), non-constant weights or BN parameters (NF2002), BN length !=

@@ -255,3 +255,36 @@ def test_swish_keeps_a_sigmoid_read_elsewhere():
     graph, stats = fuse_model(model := net.model(net.op("Mul", x, s), s), passes=[CanonicalizePass])
     assert sorted(op_types(graph)) == ["Mul", "Sigmoid"]
     assert_matches_ort(model, graph)
+
+
+@pytest.mark.parametrize("starts,ends,steps,kept", [
+    ([0], [1 << 62], [1], False),          # every channel, in order: the identity (timm's GhostModule)
+    ([0], [4], [1], True),                 # fewer channels
+    ([-1], [-(1 << 62)], [-1], True),      # every channel, reversed
+])
+def test_slice_noop_drops_only_the_identity(starts, ends, steps, kept):
+    net = Net()
+    x = net.input("x", [1, 6, 2, 2])
+    y = net.op("Slice", net.op("Relu", x), net.const(np.array(starts)), net.const(np.array(ends)),
+               net.const(np.array([1])), net.const(np.array(steps)))
+    graph, stats = fuse_model(model := net.model(net.op("Sigmoid", y)), passes=[CanonicalizePass])
+    assert ("Slice" in op_types(graph)) == kept
+    assert stats["CanonicalizePass"].by_rewrite.get("SliceNoop", 0) == (0 if kept else 1)
+    assert_matches_ort(model, graph)
+
+
+@pytest.mark.parametrize("starts,ends,fused", [
+    ([0], [-1], True),                     # Wav2Vec2's SamePad: the last step dropped = one less end pad
+    ([1], [1 << 62], True),                # the first step dropped = one less start pad
+    ([0], [-3], False),                    # more than the padding: a real Slice
+])
+def test_a_cropped_conv_is_a_conv_with_less_padding(starts, ends, fused):
+    net = Net(opset=20)
+    x = net.input("x", [1, 8, 10])
+    y = net.op("Conv", x, net.rand(8, 2, 4), net.rand(8), group=4, pads=[2, 2])
+    y = net.op("Slice", y, net.const(np.array(starts)), net.const(np.array(ends)), net.const(np.array([2])))
+    graph, stats = fuse_model(model := net.model(net.op("Gelu", y)))
+    assert stats["CanonicalizePass"].by_rewrite.get("ConvCrop", 0) == int(fused)
+    assert op_types(graph) == (["GroupConvBNReluFusionOp"] if fused else ["Conv", "Slice", "Gelu"])
+    for precision in ("fp32", "fp16"):
+        assert_matches_ort(model, graph, precision=precision)

@@ -32,13 +32,14 @@ transition conv -> AvgPool 2x2/2, VGG's conv block -> MaxPool 2x2/2.  Non-overla
 windows only (kernel = stride, no padding), so each output tile reduces its own rows and the
 full-resolution block is never written.
 
-Permuted store (`output_shape`, `output_perm`, ConvBNReluFusionOp only): ViT's patch
+Permuted store (`output_shape`, `output_perm`, the conv blocks only): ViT's patch
 embedding `Conv -> Reshape[N, C, HW] -> Transpose[0, 2, 1]`.  The output tile is written
 at permuted addresses, out = block.reshape(output_shape).transpose(output_perm); the cube's
 output path (FixPipe) writes its NZ tiles out as row-major [HW, C] rows anyway, so the
 layout change costs no vector work and no extra pass over memory.
 
-Concatenated store (`concat_axis`, `concat_index`, `concat_parts`, ConvBNReluFusionOp only):
+Concatenated store (`concat_axis`, `concat_index`, `concat_parts`, the conv blocks; the head
+over a channel concat below):
 ViT's `Concat(CLS token, patches)`.  The conv tile is stored at its offset of the Concat
 output (an address offset, free) and the kernel copies the other `concat_parts` operands,
 inputs from CONCAT_SLOT on, into their places (vector `move` work of their size).

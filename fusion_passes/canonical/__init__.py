@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 from fusion_passes.canonical.clip import Clip
 from fusion_passes.canonical.concat_prefix import ConcatPrefix
 from fusion_passes.canonical.concat_single import ConcatSingle
+from fusion_passes.canonical.conv_crop import ConvCrop
 from fusion_passes.canonical.gelu_erf import GeluErf
 from fusion_passes.canonical.gelu_tanh import GeluTanh
 from fusion_passes.canonical.gemm_as_matmul import GemmAsMatMul
@@ -33,6 +34,7 @@ from fusion_passes.canonical.mish import Mish
 from fusion_passes.canonical.rewrite import Rewrite
 from fusion_passes.canonical.rotary import RotaryEmbedding
 from fusion_passes.canonical.score_scale import ScoreScale
+from fusion_passes.canonical.slice_noop import SliceNoop
 from fusion_passes.canonical.softmax_guard import SoftmaxNanGuard
 from fusion_passes.canonical.swish import Swish
 from fusion_passes.canonical.view_chains import ReshapeChain, TransposeChain
@@ -50,6 +52,8 @@ REWRITES: tuple = (
     Clip(), HardSigmoid(), HardSwish(), Swish(), GeluErf(), GeluTanh(), Mish(),
     # DenseNet's re-concatenations as one growing concat, so each conv can write into it
     ConcatSingle(), ConcatPrefix(),
+    SliceNoop(),            # timm's GhostModule slices its concat to the channels it already has
+    ConvCrop(),             # Wav2Vec2's positional conv drops its last step: less end padding
     # views, linear layers and attention idioms
     ViewAsReshape(),        # Squeeze/Unsqueeze/Flatten -> Reshape
     GemmAsMatMul(),         # Gemm -> MatMul [+ Add]
