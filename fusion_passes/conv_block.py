@@ -52,7 +52,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from codegen.fused.conv import CONCAT_SLOT, CONV_ATTR_NAMES, CONV_BLOCK_OPS, INPUT_SCALE_SLOT, POOL_PREFIX, RES_PREFIX
+from codegen.fused.conv import BLOCK_SLOTS, CONV_ATTR_NAMES, CONV_BLOCK_OPS, POOL_PREFIX, RES_PREFIX
 from codegen.fused.epilogue import ACTIVATIONS, activation_attrs, is_activation
 from fusion_passes import reasons
 from fusion_passes.base import (FusionPass, FusionResult, Match, creates_cycle, escaping_values, fuse, operands,
@@ -446,16 +446,16 @@ class ConvBlockPass(FusionPass):
         attrs.update(match.activation)
         attrs["has_bn"] = bn is not None
         attrs["has_residual"] = match.residual is not None and side is None
-        inputs = [match.scale.x if match.scale else conv.inputs[0], w, bias, None if side else match.residual]
+        slots = dict(x=match.scale.x if match.scale else conv.inputs[0], w=w, bias=bias,
+                     residual=None if side else match.residual)
         if side is not None:
             side_w, side_bias = conv_params(graph, side.conv, side.bn)
-            inputs[2] = _sum_bias(graph, conv, bias, side_bias)
-            inputs += [side.conv.inputs[0], side_w]
+            slots.update(bias=_sum_bias(graph, conv, bias, side_bias), res_x=side.conv.inputs[0], res_w=side_w)
             attrs["residual_conv"] = True
             attrs["res_has_bn"] = side.bn is not None
             attrs.update({RES_PREFIX + k: v for k, v in conv_attrs(side.conv).items()})
         if match.scale is not None:
-            inputs += [None] * (INPUT_SCALE_SLOT - len(inputs)) + [match.scale.scale]
+            slots["scale"] = match.scale.scale
             attrs["input_scale"] = True
         if match.pool is not None:
             attrs["pool_op"] = match.pool.node.op_type
@@ -463,14 +463,13 @@ class ConvBlockPass(FusionPass):
         if match.store is not None:
             attrs["output_shape"], attrs["output_perm"] = match.store.view_shape, match.store.perm
         if match.concat is not None:
-            inputs += [None] * (CONCAT_SLOT - len(inputs)) + match.concat.others
+            slots["parts"] = match.concat.others
             attrs.update(concat_axis=match.concat.axis, concat_index=match.concat.index,
                          concat_parts=len(match.concat.others))
         if match.shuffle is not None:
             attrs["concat_view_shape"], attrs["concat_perm"] = match.shuffle.view_shape, match.shuffle.perm
-        while inputs[-1] is None:
-            inputs.pop()
-        return fuse(graph, match.nodes, match.fused_op, inputs, match.outputs, attrs, self.pass_name)
+        return fuse(graph, match.nodes, match.fused_op, BLOCK_SLOTS.pack(**slots), match.outputs, attrs,
+                    self.pass_name)
 
 
 @dataclass

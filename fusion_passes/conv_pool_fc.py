@@ -27,7 +27,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from codegen.fused.conv import CONCAT_SLOT, CONV_ATTR_NAMES, CONV_BLOCK_OPS, HEAD_CONCAT_SLOT, RES_PREFIX
+from codegen.fused.conv import BLOCK_SLOTS, CONV_ATTR_NAMES, CONV_BLOCK_OPS, HEAD_SLOTS, RES_PREFIX
 from codegen.fused.epilogue import ACT_PREFIX, EPILOGUE_ATTRS
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse, single_consumer
@@ -147,15 +147,11 @@ class ConvPoolFCFusionPass(FusionPass):
             attrs = {k: v for k, v in conv.attrs.items() if k in _BLOCK_ATTRS or k.startswith(ACT_PREFIX)}
         attrs.update(match.fc_attrs)
         attrs["pool"] = match.nodes[1].op_type
-        block_inputs = list(conv.inputs[:4]) + [None] * (4 - len(conv.inputs[:4]))
-        # a residual conv's (res_x, res_W) follow the FC operands: codegen.fused.conv.HEAD_RES_SLOT,
-        # then the other operands of a channel concatenation the block writes into (HEAD_CONCAT_SLOT)
-        inputs = block_inputs + [match.weight, match.bias] + list(conv.inputs[4:6])
-        if "concat_axis" in conv.attrs:
-            inputs += [None] * (HEAD_CONCAT_SLOT - len(inputs)) + list(conv.inputs[CONCAT_SLOT:])
-        while inputs[-1] is None:
-            inputs.pop()
-        return fuse(graph, match.nodes, FUSED_OP, inputs, match.outputs, attrs, self.pass_name)
+        block = BLOCK_SLOTS.read(conv.inputs) if conv.op_type != "Conv" else {"x": conv.inputs[0], "w": conv.inputs[1],
+                                                                              "bias": conv.inputs[2] if len(conv.inputs) > 2 else None}
+        slots = {k: v for k, v in block.items() if k in HEAD_SLOTS.names or k == "parts"}
+        slots.update(fc_w=match.weight, fc_b=match.bias)
+        return fuse(graph, match.nodes, FUSED_OP, HEAD_SLOTS.pack(**slots), match.outputs, attrs, self.pass_name)
 
 
 @dataclass

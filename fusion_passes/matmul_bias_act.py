@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from codegen.fused.epilogue import activation_attrs, is_activation
-from codegen.fused.gemm import MATMUL_BIAS_OPS, fused_op_type
+from codegen.fused.gemm import MATMUL_BIAS_OPS, SLOTS, fused_op_type
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse, single_consumer
 from fusion_passes.canonical.idioms import other, sole
@@ -117,7 +117,7 @@ class MatMulBiasActFusionPass(FusionPass):
         bias = linear.bias
         if tuple(bias.const.shape) != (linear.width,):
             bias = graph.constant(f"{mm.name}/bias", linear.bias_vector())
-        inputs = [linear.x, linear.weight, bias] + ([match.residual] if match.residual is not None else [])
+        inputs = SLOTS.pack(x=linear.x, w=linear.weight, bias=bias, residual=match.residual)
         attrs = dict(match.activation) or {"activation": ""}
         return fuse(graph, match.nodes, match.fused_op, inputs, match.outputs, attrs, self.pass_name,
                     name=f"{mm.name.rsplit('/', 1)[0] or mm.name}/{match.fused_op}")

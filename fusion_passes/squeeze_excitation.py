@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from codegen.fused.epilogue import activation_attrs, is_activation
-from codegen.fused.squeeze_excitation import OP_TYPE
+from codegen.fused.squeeze_excitation import OP_TYPE, SLOTS
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, creates_cycle, escaping_values, fuse, operands, single_consumer
 from ge.ir import Graph, Node, Value
@@ -118,10 +118,8 @@ class SqueezeExcitationFusionPass(FusionPass):
         for prefix, act in (("fc1_", match.act1), ("fc2_", match.act2)):
             if act is not None:
                 attrs.update({prefix + k: v for k, v in activation_attrs(act).items()})
-        bias = [c.inputs[2] if len(c.inputs) > 2 else None for c in (match.conv1, match.conv2)]
-        inputs = [match.x, match.conv1.inputs[1], bias[0], match.conv2.inputs[1], bias[1]]
-        while inputs[-1] is None:
-            inputs.pop()
+        b1, b2 = (c.inputs[2] if len(c.inputs) > 2 else None for c in (match.conv1, match.conv2))
+        inputs = SLOTS.pack(x=match.x, w1=match.conv1.inputs[1], b1=b1, w2=match.conv2.inputs[1], b2=b2)
         return fuse(graph, match.nodes, OP_TYPE, inputs, match.outputs, attrs, self.pass_name)
 
 

@@ -7,9 +7,10 @@ bias + residual + activation) as ConvBNReluFusionOp before its pooling and FC, s
 share `_conv_block`.  BatchNorm is already folded into the weights and bias at compile
 time (fusion_passes/conv_bn_relu.py), so the kernel sees a plain conv with an epilogue.
 
-Inputs of ConvBNReluFusionOp: [x, W, b | None, residual | None, res_x, res_W, scale, concat
-parts...] (trailing None dropped).  Inputs of ConvPoolFCFusionOp: [x, W, b | None, residual | None, fc_weight,
-fc_bias | None, res_x, res_W, concat parts...]: an Inception/GoogLeNet head pools the channel
+Input slots (codegen/fused/slots.py; absent optional slots are None): the conv blocks,
+BLOCK_SLOTS = x, w, bias, residual, res_x, res_w, scale, then the other operands of the
+concatenation the block writes into (`parts`); ConvPoolFCFusionOp, HEAD_SLOTS = x, w, bias,
+residual, fc_w, fc_b, res_x, res_w, parts: an Inception/GoogLeNet head pools the channel
 concatenation the conv block is one operand of (the pooled vector is the concatenation of
 each part's pooled vector; the parts are read, never copied).  Attrs: the Conv attrs, the epilogue's (`activation` and its
 `act_*`, `residual_after_act`: codegen/fused/epilogue.py), `has_residual`; the head adds
@@ -42,7 +43,7 @@ Concatenated store (`concat_axis`, `concat_index`, `concat_parts`, the conv bloc
 over a channel concat below):
 ViT's `Concat(CLS token, patches)`.  The conv tile is stored at its offset of the Concat
 output (an address offset, free) and the kernel copies the other `concat_parts` operands,
-inputs from CONCAT_SLOT on, into their places (vector `move` work of their size).
+its `parts`, into their places (vector `move` work of their size).
 
 Shuffled concatenation (`concat_view_shape`, `concat_perm` after a concatenated store):
 ShuffleNet's channel shuffle Concat -> Reshape[N, g, C/g, H, W] -> Transpose[0, 2, 1, 3, 4]:
@@ -57,11 +58,10 @@ rules reuse their kernels', so fused and unfused kernels are priced by one ruler
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
-
 import numpy as np
 
 from codegen.fused import epilogue
+from codegen.fused.slots import Slots
 from codegen.registry import kernel_of, register
 from codegen.work import Work
 from ge.ops.registry import OpDef, OpKind, TensorType, get_op
@@ -71,14 +71,10 @@ CONV_BLOCK_OPS = ("ConvBNReluFusionOp", "DepthwiseConvBNReluFusionOp", "GroupCon
                   "DilatedConvBNReluFusionOp")
 CONV_ATTR_NAMES = ("kernel_shape", "pads", "strides", "dilations", "group", "auto_pad")
 RES_PREFIX = "res_"
-CBR_RES_SLOT, HEAD_RES_SLOT = 4, 6      # where res_x, res_W sit in each kernel's inputs
-INPUT_SCALE_SLOT = 6                    # conv block: the per-channel scale of x (input_scale)
-CONCAT_SLOT = 7                         # conv block: the other Concat operands start here
 POOL_PREFIX = "pool_"                   # a pooled store: pool_op and the pooling op's attrs
-
-
-def _slot(inputs: Sequence, i: int):
-    return inputs[i] if len(inputs) > i else None
+BLOCK_SLOTS = Slots("x", "w", "bias", "residual", "res_x", "res_w", "scale", required=("x", "w"), rest="parts")
+HEAD_SLOTS = Slots("x", "w", "bias", "residual", "fc_w", "fc_b", "res_x", "res_w", required=("x", "w", "fc_w"),
+                   rest="parts")
 
 
 def residual_conv_attrs(attrs: dict) -> dict:
@@ -86,26 +82,26 @@ def residual_conv_attrs(attrs: dict) -> dict:
     return {k: attrs[RES_PREFIX + k] for k in CONV_ATTR_NAMES if RES_PREFIX + k in attrs}
 
 
-def _conv_block(inputs: Sequence[Optional[np.ndarray]], attrs: dict, res_slot: int) -> np.ndarray:
-    """conv (+ residual conv) + bias + residual + activation, in the on-chip (accumulation) dtype."""
-    x, w, b, r = inputs[0], inputs[1], _slot(inputs, 2), _slot(inputs, 3)
+def _conv_block(s: dict, attrs: dict) -> np.ndarray:
+    """conv (+ residual conv) + bias + residual + activation, in the on-chip (accumulation)
+    dtype; `s` is the kernel's inputs by slot name."""
+    x, w, b = s["x"], s["w"], s["bias"]
     acc = epilogue.accumulate_dtype(x.dtype)
     xa = x.astype(acc, copy=False)
     if attrs.get("input_scale"):
-        xa = xa * inputs[INPUT_SCALE_SLOT].astype(acc, copy=False)
+        xa = xa * s["scale"].astype(acc, copy=False)
     y = get_op("Conv").compute([xa, w.astype(acc, copy=False)], attrs)[0]
     if attrs.get("residual_conv"):
-        res_x, res_w = inputs[res_slot], inputs[res_slot + 1]
-        y += get_op("Conv").compute([res_x.astype(acc, copy=False), res_w.astype(acc, copy=False)],
+        y += get_op("Conv").compute([s["res_x"].astype(acc, copy=False), s["res_w"].astype(acc, copy=False)],
                                     residual_conv_attrs(attrs))[0]
     bias = b.reshape((-1,) + (1,) * (y.ndim - 2)) if b is not None else None
-    return epilogue.apply(y, attrs, bias, r, x.dtype)
+    return epilogue.apply(y, attrs, bias, s["residual"], x.dtype)
 
 
-def _conv_block_type(inputs: Sequence[Optional[TensorType]], attrs: dict, res_slot: int) -> TensorType:
-    out = get_op("Conv").infer(list(inputs[:2]), attrs)[0]
+def _conv_block_type(s: dict, attrs: dict) -> TensorType:
+    out = get_op("Conv").infer([s["x"], s["w"]], attrs)[0]
     if attrs.get("residual_conv"):
-        side = get_op("Conv").infer(list(inputs[res_slot:res_slot + 2]), residual_conv_attrs(attrs))[0]
+        side = get_op("Conv").infer([s["res_x"], s["res_w"]], residual_conv_attrs(attrs))[0]
         if tuple(side.shape) != tuple(out.shape):
             raise InvalidNode(f"the residual conv output {list(side.shape)} differs from the main conv "
                               f"output {list(out.shape)}", "Both convolutions of a residual-conv kernel must "
@@ -113,19 +109,18 @@ def _conv_block_type(inputs: Sequence[Optional[TensorType]], attrs: dict, res_sl
     return out
 
 
-def _conv_block_work(inputs: Sequence[Optional[TensorType]], out: TensorType, attrs: dict,
-                     res_slot: int) -> Work:
+def _conv_block_work(s: dict, out: TensorType, attrs: dict) -> Work:
     """Cube MACs of the conv (and of the residual conv: its products accumulate into the same
     tile, so it adds MACs but no vector op), vector ops of the epilogue, and the
     intermediates kept on chip (codegen/fused/epilogue.py: the accumulator, and one tile per
     epilogue stage after the first)."""
-    work = kernel_of("Conv").work(list(inputs[:2]), [out], attrs)
+    work = kernel_of("Conv").work([s["x"], s["w"]], [out], attrs)
     if attrs.get("residual_conv"):
-        side = kernel_of("Conv").work(list(inputs[res_slot:res_slot + 2]), [out], residual_conv_attrs(attrs))
+        side = kernel_of("Conv").work([s["res_x"], s["res_w"]], [out], residual_conv_attrs(attrs))
         work.cube_macs += side.cube_macs
     if attrs.get("input_scale"):        # each sample's weights scaled by its channel gates
-        work.add_vector("alu", int(inputs[0].shape[0]) * inputs[1].size)
-    tail = epilogue.work(out, attrs, bias=_slot(inputs, 2) is not None, residual=_slot(inputs, 3) is not None,
+        work.add_vector("alu", int(s["x"].shape[0]) * s["w"].size)
+    tail = epilogue.work(out, attrs, bias=s["bias"] is not None, residual=s["residual"] is not None,
                          bias_is_a_stage=False, min_stages=1)
     return work + tail
 
@@ -144,9 +139,9 @@ def _permuted(shape: tuple, attrs: dict, prefix: str = "") -> tuple:
     return tuple(view[p] for p in perm)
 
 
-def _concat_parts(inputs: Sequence, attrs: dict, tile):
+def _concat_parts(s: dict, attrs: dict, tile):
     """The Concat operands in order, the conv tile at `concat_index`."""
-    parts = list(inputs[CONCAT_SLOT:CONCAT_SLOT + int(attrs["concat_parts"])])
+    parts = list(s["parts"][:int(attrs["concat_parts"])])
     parts.insert(int(attrs["concat_index"]), tile)
     return parts
 
@@ -160,7 +155,8 @@ def pool_attrs(attrs: dict) -> tuple:
 
 
 def conv_bn_relu_compute(inputs, attrs):
-    y = _conv_block(inputs, attrs, CBR_RES_SLOT)
+    s = BLOCK_SLOTS.read(inputs)
+    y = _conv_block(s, attrs)
     pool, pattrs = pool_attrs(attrs)
     if pool:
         y = get_op(pool).compute([y], pattrs)[0]
@@ -168,7 +164,7 @@ def conv_bn_relu_compute(inputs, attrs):
         _permuted(y.shape, attrs)
         y = y.reshape([int(d) for d in attrs["output_shape"]]).transpose([int(p) for p in attrs["output_perm"]])
     if "concat_axis" in attrs:
-        parts = [p.astype(y.dtype, copy=False) for p in _concat_parts(inputs, attrs, y)]
+        parts = [p.astype(y.dtype, copy=False) for p in _concat_parts(s, attrs, y)]
         y = get_op("Concat").compute(parts, {"axis": int(attrs["concat_axis"])})[0]
         if "concat_perm" in attrs:
             _permuted(y.shape, attrs, "concat_")
@@ -181,17 +177,18 @@ def _pool_store_type(block: TensorType, attrs) -> TensorType:
     return get_op(pool).infer([block], pattrs)[0] if pool else block
 
 
-def _stored_type(inputs, attrs) -> TensorType:
-    block = _pool_store_type(_conv_block_type(inputs, attrs, CBR_RES_SLOT), attrs)
+def _stored_type(s: dict, attrs) -> TensorType:
+    block = _pool_store_type(_conv_block_type(s, attrs), attrs)
     if "output_perm" in attrs:
         block = TensorType(block.dtype, _permuted(block.shape, attrs))
     return block
 
 
 def conv_bn_relu_infer(inputs, attrs):
-    stored = _stored_type(inputs, attrs)
+    s = BLOCK_SLOTS.read(inputs)
+    stored = _stored_type(s, attrs)
     if "concat_axis" in attrs:
-        cat = get_op("Concat").infer(_concat_parts(inputs, attrs, stored), {"axis": int(attrs["concat_axis"])})[0]
+        cat = get_op("Concat").infer(_concat_parts(s, attrs, stored), {"axis": int(attrs["concat_axis"])})[0]
         if "concat_perm" in attrs:
             cat = TensorType(cat.dtype, _permuted(cat.shape, attrs, "concat_"))
         return [cat]
@@ -202,15 +199,16 @@ def conv_bn_relu_work(inputs, outputs, attrs):
     """The conv block's work, sized by the tile it computes, the pooling of a pooled store
     (the block tile stays on chip until its windows are reduced), plus the copy of the other
     Concat operands (the permuted and concatenated stores themselves are address changes)."""
-    block = TensorType(outputs[0].dtype, _conv_block_type(inputs, attrs, CBR_RES_SLOT).shape)
-    work = _conv_block_work(inputs, block, attrs, CBR_RES_SLOT)
+    s = BLOCK_SLOTS.read(inputs)
+    block = TensorType(outputs[0].dtype, _conv_block_type(s, attrs).shape)
+    work = _conv_block_work(s, block, attrs)
     pool, pattrs = pool_attrs(attrs)
     if pool:
         pooled = TensorType(outputs[0].dtype, _pool_store_type(block, attrs).shape)
         work = work + kernel_of(pool).work([block], [pooled], pattrs)
         work.onchip_bytes += block.nbytes
     if "concat_axis" in attrs:
-        copied = sum(p.size for p in inputs[CONCAT_SLOT:CONCAT_SLOT + int(attrs["concat_parts"])])
+        copied = sum(p.size for p in s["parts"][:int(attrs["concat_parts"])])
         work.add_vector("move", copied)
     return work
 
@@ -222,21 +220,17 @@ for _op_type in CONV_BLOCK_OPS:
 
 # -- ConvPoolFCFusionOp --------------------------------------------------------------------
 
-FC_WEIGHT, FC_BIAS = 4, 5
-HEAD_CONCAT_SLOT = 8                    # the head over a concatenation: the other operands start here
-
-
 def _fc_attrs(attrs: dict) -> dict:
     return {"transB": int(attrs.get("fc_transB", 0)), "alpha": float(attrs.get("fc_alpha", 1.0)),
             "beta": float(attrs.get("fc_beta", 1.0))}
 
 
-def _head_parts(inputs, attrs, block):
-    """What the head pools: the conv block, or the concatenation it is one operand of (the
-    other operands from HEAD_CONCAT_SLOT on, `concat_index` places the block)."""
+def _head_parts(s: dict, attrs, block):
+    """What the head pools: the conv block, or the concatenation it is one operand of (its
+    `parts`, `concat_index` places the block)."""
     if "concat_axis" not in attrs:
         return [block]
-    parts = list(inputs[HEAD_CONCAT_SLOT:HEAD_CONCAT_SLOT + int(attrs["concat_parts"])])
+    parts = list(s["parts"][:int(attrs["concat_parts"])])
     parts.insert(int(attrs["concat_index"]), block)
     return parts
 
@@ -248,43 +242,46 @@ def _check_channel_concat(attrs, rank: int) -> None:
                           "Recompile the model with this version of atc_py.")
 
 
+def _fc_inputs(s: dict, pooled) -> list:
+    return [pooled, s["fc_w"]] + ([s["fc_b"]] if s["fc_b"] is not None else [])
+
+
 def conv_pool_fc_compute(inputs, attrs):
-    y = _conv_block(inputs, attrs, HEAD_RES_SLOT)                                   # (N, C, *spatial)
+    s = HEAD_SLOTS.read(inputs)
+    y = _conv_block(s, attrs)                                                       # (N, C, *spatial)
     acc = y.dtype
     _check_channel_concat(attrs, y.ndim)
     pooled = np.concatenate([np.mean(p.astype(acc, copy=False), axis=tuple(range(2, y.ndim)), dtype=acc)
-                             for p in _head_parts(inputs, attrs, y)], axis=1)       # (N, C), global average
-    fc_in = [pooled, inputs[FC_WEIGHT].astype(acc, copy=False)]
-    if _slot(inputs, FC_BIAS) is not None:
-        fc_in.append(inputs[FC_BIAS].astype(acc, copy=False))
+                             for p in _head_parts(s, attrs, y)], axis=1)            # (N, C), global average
+    fc_in = [v.astype(acc, copy=False) for v in _fc_inputs(s, pooled)]
     out = get_op("Gemm").compute(fc_in, _fc_attrs(attrs))[0]
     return [out.astype(inputs[0].dtype, copy=False)]
 
 
-def _pooled_type(inputs, attrs) -> tuple:
-    block = _conv_block_type(inputs, attrs, HEAD_RES_SLOT)
+def _pooled_type(s: dict, attrs) -> tuple:
+    block = _conv_block_type(s, attrs)
     _check_channel_concat(attrs, len(block.shape))
-    channels = sum(int(p.shape[1]) for p in _head_parts(inputs, attrs, block))
+    channels = sum(int(p.shape[1]) for p in _head_parts(s, attrs, block))
     return block, TensorType(block.dtype, (int(block.shape[0]), channels))
 
 
 def conv_pool_fc_infer(inputs, attrs):
-    _, pooled = _pooled_type(inputs, attrs)
-    fc_in = [pooled, inputs[FC_WEIGHT]] + ([inputs[FC_BIAS]] if _slot(inputs, FC_BIAS) is not None else [])
-    return get_op("Gemm").infer(fc_in, _fc_attrs(attrs))
+    s = HEAD_SLOTS.read(inputs)
+    _, pooled = _pooled_type(s, attrs)
+    return get_op("Gemm").infer(_fc_inputs(s, pooled), _fc_attrs(attrs))
 
 
 def conv_pool_fc_work(inputs, outputs, attrs):
     """Conv block + global average (one add per pooled element -- the block's and the other
     concatenated parts', read once each -- one divide per channel) + FC; on chip: the
     block's intermediates, the block output and the pooled vector."""
-    block, pooled = _pooled_type(inputs, attrs)
+    s = HEAD_SLOTS.read(inputs)
+    block, pooled = _pooled_type(s, attrs)
     block = TensorType(outputs[0].dtype, block.shape)       # sized in the compute dtype
     pooled = TensorType(outputs[0].dtype, pooled.shape)
-    work = _conv_block_work(inputs, block, attrs, HEAD_RES_SLOT)
-    work.add_vector("alu", sum(p.size for p in _head_parts(inputs, attrs, block))).add_vector("div", pooled.size)
-    fc_in = [pooled, inputs[FC_WEIGHT]] + ([inputs[FC_BIAS]] if _slot(inputs, FC_BIAS) is not None else [])
-    fc = kernel_of("Gemm").work(fc_in, outputs, _fc_attrs(attrs))
+    work = _conv_block_work(s, block, attrs)
+    work.add_vector("alu", sum(p.size for p in _head_parts(s, attrs, block))).add_vector("div", pooled.size)
+    fc = kernel_of("Gemm").work(_fc_inputs(s, pooled), outputs, _fc_attrs(attrs))
     total = work + fc
     total.onchip_bytes = work.onchip_bytes + block.nbytes + pooled.nbytes
     return total

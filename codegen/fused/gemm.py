@@ -7,8 +7,8 @@ the disable list switches them off one by one, so each activation is its own op 
 MatMulBiasFastGeluFusionOp for GELU's tanh form, MatMulBiasSwishFusionOp for SiLU and
 QuickGelu, ... one per canonical activation of codegen/fused/epilogue.py).
 
-Inputs: x [..., K] (rows are every leading axis), W [K, N] (constant; the pass has already
-applied Gemm's transB/alpha), bias [N] (optional), residual [..., N] (optional).
+Input slots (SLOTS): x [..., K] (rows are every leading axis), w [K, N] (constant; the pass
+has already applied Gemm's transB/alpha), bias [N] (optional), residual [..., N] (optional).
 Attributes: the epilogue's (codegen/fused/epilogue.py): ``activation`` and its ``act_*``
 (Netron's relu_flag for Relu); absent, the op type says which (FastGelu: Gelu's tanh form).
 ``residual_after_act`` defaults to 1 here: bias -> activation -> residual, the transformer's
@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from codegen.fused import epilogue
+from codegen.fused.slots import Slots
 from codegen.registry import register
 from codegen.work import Work
 from ge.errors import InvalidNode
@@ -59,16 +60,16 @@ def epilogue_attrs(op_type: str, attrs: dict) -> dict:
 MATMUL_BIAS_OPS = tuple(f"MatMulBias{name}FusionOp" for name in ("",) + epilogue.ACTIVATIONS + ("FastGelu",))
 
 
-def _optional(inputs, i):
-    return inputs[i] if len(inputs) > i else None
+SLOTS = Slots("x", "w", "bias", "residual", required=("x", "w"))
 
 
 def gemm_compute(inputs, attrs: dict):
     """x @ W then the epilogue; also the GEMM half of LayerNormMatMulFusionOp."""
-    x, w = inputs[0], inputs[1]
+    s = SLOTS.read(inputs)
+    x, w = s["x"], s["w"]
     ct = epilogue.accumulate_dtype(x.dtype)
     acc = np.asarray(np.matmul(x.astype(ct, copy=False), w.astype(ct, copy=False)))
-    y = epilogue.apply(acc, attrs, _optional(inputs, 2), _optional(inputs, 3), x.dtype)
+    y = epilogue.apply(acc, attrs, s["bias"], s["residual"], x.dtype)
     return [y.astype(x.dtype, copy=False)]
 
 
@@ -82,10 +83,10 @@ def gemm_infer(inputs, attrs):
 
 def gemm_work(inputs, outputs, attrs: dict):
     """Cube MACs of the product and the epilogue (the bias is its own stage: MatMul + Add)."""
-    x, out = inputs[0], outputs[0]
-    cube = Work(cube_macs=out.size * int(x.shape[-1]))
-    return cube + epilogue.work(out, attrs, bias=_optional(inputs, 2) is not None,
-                                residual=_optional(inputs, 3) is not None, bias_is_a_stage=True)
+    s, out = SLOTS.read(inputs), outputs[0]
+    cube = Work(cube_macs=out.size * int(s["x"].shape[-1]))
+    return cube + epilogue.work(out, attrs, bias=s["bias"] is not None, residual=s["residual"] is not None,
+                                bias_is_a_stage=True)
 
 
 def _register(op_type: str) -> None:

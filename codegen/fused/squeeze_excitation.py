@@ -8,7 +8,8 @@ bytes.  In one kernel the pooled vector and both GEMMs stay on chip.  The scalin
 the conv that reads it when there is one (a conv block's input scale, codegen/fused/conv.py:
 EfficientNet's, MobileNetV3's and RegNet's projection convs), so x * gate is never written.
 
-Inputs: x [N, C, *spatial], W1 [Cr, C, 1...], b1 [Cr] | None, W2 [C, Cr, 1...], b2 [C] | None.
+Input slots (SLOTS): x [N, C, *spatial], w1 [Cr, C, 1...], b1 [Cr] | None, w2 [C, Cr, 1...],
+b2 [C] | None.
 Attributes: ``pool`` (the ONNX pooling op), ``fc1_`` and ``fc2_`` + each 1x1 conv's epilogue
 attributes (``fc1_activation``, ``fc1_act_alpha``, ...: codegen/fused/epilogue.py),
 ``scale_input`` (1: the output is x * gate, [N, C, *spatial]; 0: the gate, [N, C, 1...]).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from codegen.fused import epilogue
+from codegen.fused.slots import Slots
 from codegen.registry import kernel_of, register
 from codegen.work import Work
 from ge.errors import InvalidNode
@@ -27,11 +29,7 @@ from ge.ops.common import IMPL_MODE_ATTR
 from ge.ops.registry import OpDef, OpKind, TensorType, get_op
 
 OP_TYPE = "SqueezeExcitationFusionOp"
-X, W1, B1, W2, B2 = range(5)
-
-
-def _slot(inputs, i):
-    return inputs[i] if len(inputs) > i else None
+SLOTS = Slots("x", "w1", "b1", "w2", "b2", required=("x", "w1", "w2"))
 
 
 def stage_attrs(attrs: dict, prefix: str) -> dict:
@@ -50,18 +48,20 @@ def _fc(v: np.ndarray, w: np.ndarray, b, attrs: dict, data_dtype) -> np.ndarray:
 
 
 def _compute(inputs, attrs):
-    x = inputs[X]
+    s = SLOTS.read(inputs)
+    x = s["x"]
     acc = epilogue.accumulate_dtype(x.dtype)
     xa = x.astype(acc, copy=False)
     pooled = np.mean(xa, axis=tuple(range(2, x.ndim)), keepdims=True, dtype=acc)
-    hidden = _fc(pooled, inputs[W1], _slot(inputs, B1), stage_attrs(attrs, "fc1_"), x.dtype)
-    gate = _fc(hidden, inputs[W2], _slot(inputs, B2), stage_attrs(attrs, "fc2_"), x.dtype)
+    hidden = _fc(pooled, s["w1"], s["b1"], stage_attrs(attrs, "fc1_"), x.dtype)
+    gate = _fc(hidden, s["w2"], s["b2"], stage_attrs(attrs, "fc2_"), x.dtype)
     out = get_op("Mul").compute([xa, gate], {})[0] if int(attrs.get("scale_input", 0)) else gate
     return [out.astype(x.dtype, copy=False)]
 
 
 def _types(inputs, attrs):
-    x, w1, w2 = inputs[X], inputs[W1], inputs[W2]
+    s = SLOTS.read(inputs)
+    x, w1, w2 = s["x"], s["w1"], s["w2"]
     n, c = int(x.shape[0]), int(x.shape[1])
     ones = (1,) * (len(x.shape) - 2)
     if len(w1.shape) != len(x.shape) or len(w2.shape) != len(x.shape) or any(d != 1 for d in
@@ -77,7 +77,7 @@ def _types(inputs, attrs):
 
 
 def _infer(inputs, attrs):
-    x = inputs[X]
+    x = inputs[0]
     pooled, _ = _types(inputs, attrs)
     return [TensorType(np.dtype(x.dtype), tuple(x.shape)) if int(attrs.get("scale_input", 0)) else pooled]
 
@@ -86,13 +86,14 @@ def _work(inputs, outputs, attrs):
     """Pool (one add per element of x, one divide per channel), two small GEMMs and their
     epilogues, the scaling; on chip: the pooled and hidden vectors, and x itself while the
     gate is computed when the kernel scales it (a block of x that does not fit spills)."""
-    x = inputs[X]
+    s = SLOTS.read(inputs)
+    x = s["x"]
     pooled, hidden = _types(inputs, attrs)
     pooled, hidden = (TensorType(outputs[0].dtype, t.shape) for t in (pooled, hidden))
     work = Work(cube_macs=hidden.size * int(pooled.shape[1]) * 2)
     work.add_vector("alu", x.size).add_vector("div", pooled.size)
-    work = work + epilogue.work(hidden, stage_attrs(attrs, "fc1_"), _slot(inputs, B1) is not None, False, False) \
-        + epilogue.work(pooled, stage_attrs(attrs, "fc2_"), _slot(inputs, B2) is not None, False, False)
+    work = work + epilogue.work(hidden, stage_attrs(attrs, "fc1_"), s["b1"] is not None, False, False) \
+        + epilogue.work(pooled, stage_attrs(attrs, "fc2_"), s["b2"] is not None, False, False)
     held = 0
     if int(attrs.get("scale_input", 0)):
         work = work + kernel_of("Mul").work([x, pooled], [x], {})
