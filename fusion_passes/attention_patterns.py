@@ -211,10 +211,10 @@ class Heads:
     nodes: list               # views and RotaryEmbedding between the projection and the operand
     rope: Optional[Node]
     rope_layout: Optional[Layout]
-    batch: int                # B of the projection's [B, S, N] output
-    seq: int                  # S
+    batch: int                # B: the projection's rows read as B blocks of S (the kernel's
+    seq: int                  # S   [B, S, K] view of the projection's input)
     dim: int                  # D (the head size this operand reads)
-    rows: np.ndarray          # per operand batch index (flattened): the projection's batch row
+    rows: np.ndarray          # per operand batch index (flattened): its block of S rows
     cols: np.ndarray          # per operand batch index: the first projection column of its head
     batch_shape: tuple        # the operand's batch axes (before the [S,D] / [D,S] matrix)
 
@@ -238,25 +238,25 @@ def read_heads(value: Value, role: str, seq_axis: int, dim_axis: int) -> Heads:
                      f"projection ({err})", nodes, [value])
     linear = _projection(source, role, nodes)
     shape = tuple(source.desc.shape)
-    if len(shape) != 3:
-        raise Reject(reasons.SHAPE_MISMATCH, f"{role}: projection output {source.name} {list(shape)} is not "
-                     "[B, S, N]", nodes + linear.nodes, [source])
-    batch, seq, width = shape
+    width = shape[-1]
+    tokens = int(np.prod(shape[:-1], dtype=np.int64))           # the projection's rows, flattened
     op_shape = layout.shape
-    dim, seq_len = op_shape[dim_axis], op_shape[seq_axis]
+    dim, seq = op_shape[dim_axis], op_shape[seq_axis]
     dim_pieces, seq_pieces = layout.axis(dim_axis % len(op_shape)), layout.axis(seq_axis % len(op_shape))
-    if dim_pieces != (((dim, 1),) if dim > 1 else ()) or seq_len != seq or \
-            seq_pieces != (((seq, width),) if seq > 1 else ()):
+    if dim_pieces != (((dim, 1),) if dim > 1 else ()) or seq_pieces != (((seq, width),) if seq > 1 else ()) \
+            or tokens % seq:
         raise Reject(reasons.UNSUPPORTED_VARIANT,
-                     f"{role}: operand {value.name} {list(op_shape)} does not read whole [S, D] head matrices of "
-                     f"the projection {source.name} {list(shape)} (sequence axis reads {list(seq_pieces)}, "
-                     f"head axis {list(dim_pieces)} as (size, stride) pieces)", nodes, [value, source])
+                     f"{role}: operand {value.name} {list(op_shape)} does not read [S, D] head matrices of "
+                     f"consecutive rows of the projection {source.name} {list(shape)} (sequence axis reads "
+                     f"{list(seq_pieces)}, head axis {list(dim_pieces)} as (size, stride) pieces)",
+                     nodes, [value, source])
     batch_axes = [k for k in range(len(op_shape)) if k not in (seq_axis % len(op_shape), dim_axis % len(op_shape))]
     offsets = Layout(layout.offset, tuple(layout.axes[k] for k in batch_axes)).indices().reshape(-1)
-    rows, rest = np.divmod(offsets, seq * width)
+    rows, rest = np.divmod(offsets, seq * width)      # which block of `seq` rows, which column
     if np.any(rest >= width):
-        raise Reject(reasons.UNSUPPORTED_VARIANT, f"{role}: operand {value.name} starts inside the sequence",
-                     nodes, [value])
+        raise Reject(reasons.UNSUPPORTED_VARIANT, f"{role}: operand {value.name} starts inside a block of "
+                     f"{seq} rows", nodes, [value])
+    batch = tokens // seq
     return Heads(role, linear, nodes, rope, rope_layout, batch, seq, dim, rows, rest,
                  tuple(op_shape[k] for k in batch_axes))
 
@@ -332,7 +332,10 @@ def merge_heads(pv: Node, batch: int, heads: int, seq: int, dim: int):
     layout = Layout.of_shape(ctx.desc.shape)
     prefixes = [(0, ctx, layout)]
     for i, node in enumerate(chain.nodes):
-        layout = apply(layout, node, node.outputs[0])
+        try:
+            layout = apply(layout, node, node.outputs[0])
+        except NotAffine:
+            break
         prefixes.append((i + 1, node.outputs[0], layout))
     for count, value, layout in reversed(prefixes):
         try:

@@ -272,15 +272,19 @@ def trace_up(value: Value, stop=None) -> ViewChain:
 
 def trace_down(value: Value, stop) -> ViewChain:
     """Walk down from `value` through sole-reader view ops until `stop(node)` holds for the
-    next reader (or it is not a sole-reader view); `source` is the value reached (an
-    exception to the naming: the end, not the start), `layout` is it as a view of `value`."""
+    next reader (or it is not a sole-reader view, or not a strided view any more); `source`
+    is the value reached (an exception to the naming: the end, not the start), `layout` is
+    it as a view of `value`."""
     layout, nodes = Layout.of_shape(value.desc.shape), []
     current = value
     while len(current.uses) == 1 and not current.is_graph_output:
         user = current.uses[0][0]
         if not is_view(user) or stop(user) or len(user.outputs) != 1:
             break
-        layout = apply(layout, user, user.outputs[0])
+        try:
+            layout = apply(layout, user, user.outputs[0])
+        except NotAffine:
+            break
         nodes.append(user)
         current = user.outputs[0]
     return ViewChain(current, layout, nodes, [n.outputs[0] for n in nodes])

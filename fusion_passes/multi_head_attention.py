@@ -74,13 +74,17 @@ class MultiHeadAttentionFusionPass(FusionPass):
                              "block, and its columns are not the kernel's heads in order (it cannot be a kernel "
                              "input as it is)", heads.nodes, [heads.linear.output])
             x = heads.linear.output if heads.role in projected else heads.linear.x
-            if len(x.desc.shape) != 3 or tuple(x.desc.shape[:2]) != (heads.batch, heads.seq):
+            if int(np.prod(x.desc.shape[:-1], dtype=np.int64)) != heads.batch * heads.seq:
                 raise Reject(reasons.SHAPE_MISMATCH,
-                             f"{heads.role} projection input {x.name} {list(x.desc.shape)} is not [B, S, K] = "
-                             f"[{heads.batch}, {heads.seq}, K]", [heads.linear.matmul], [x])
+                             f"{heads.role} projection input {x.name} {list(x.desc.shape)} does not hold "
+                             f"[B, S] = [{heads.batch}, {heads.seq}] rows", [heads.linear.matmul], [x])
             if np.dtype(x.desc.dtype).kind != "f":
                 raise Reject(reasons.DTYPE_MISMATCH, f"{heads.role} hidden states {x.name} are not a float type",
                              [heads.linear.matmul], [x])
+        for term, _, batch_shape in scores.terms:
+            _term_shape(term, batch_shape, plan)
+        if scores.where is not None:
+            _term_shape(scores.where, scores.where_batch, plan)
         nodes = sorted(members, key=_position(graph))
         return AttentionMatch(nodes, OP_TYPE, [out], q=q, k=k, v=v, plan=plan, scores=scores,
                               nan_guard=any(n.op_type == "IsNaN" for n in between), rope=rope, projected=projected)
@@ -91,14 +95,21 @@ class MultiHeadAttentionFusionPass(FusionPass):
         attrs = {"num_heads": plan.heads, "kv_heads": plan.kv_heads, "head_dim": q.dim, "v_head_dim": v.dim,
                  "scale": float(scores.scale), "mask_kind": "none", "nan_guard": int(match.nan_guard),
                  "rotary_dim": 0}
-        slots = {}
+        slots, rows = {}, {}
         for heads, cols in ((q, plan.q_cols), (k, plan.kv_cols_k), (v, plan.kv_cols_v)):
             r = heads.role.lower()
-            if heads.role in match.projected:
-                slots[f"x_{r}"] = heads.linear.output
-            else:
-                slots[f"x_{r}"] = heads.linear.x
+            x = heads.linear.output if heads.role in match.projected else heads.linear.x
+            if heads.role not in match.projected:
                 slots[f"w_{r}"], slots[f"b_{r}"] = _weights(graph, heads.linear, cols, heads.dim, f"{base}/{r}")
+            kernel_x = (heads.batch, heads.seq, x.desc.shape[-1])
+            if tuple(x.desc.shape) != kernel_x:      # rows regrouped (windows): a view of x, once per tensor
+                key = (id(x), kernel_x)
+                if key not in rows:
+                    rows[key] = graph.make_node("Reshape", [x], attrs={"shape": list(kernel_x), "allowzero": 0},
+                                                name=graph.unique_name(f"{base}/{r}_rows"),
+                                                descs=[TensorDesc(x.desc.dtype, kernel_x)]).outputs[0]
+                x = rows[key]
+            slots[f"x_{r}"] = x
         terms = [_score_input(graph, t, f, shape, plan, f"{base}/bias") for t, f, shape in scores.terms]
         if terms:
             slots["bias"] = terms[0]
@@ -248,27 +259,62 @@ def _weights(graph: Graph, linear, cols: np.ndarray, dim: int, base: str):
     return weight, graph.constant(f"{base}/bias", np.ascontiguousarray(vector[index]))
 
 
-def _score_input(graph: Graph, term: Value, factor: float, batch_shape: tuple, plan: Plan, name: str) -> Value:
-    """A bias/mask term of the [*batch_shape, Sq, Skv] scores as a tensor broadcasting to the
-    kernel's [B, H, Sq, Skv]: scaled when it was added before a scale (a constant), and
-    reshaped (a view) when the scores' batch axes are not [B, H]."""
-    if factor != 1.0:
-        term = graph.constant(f"{name}/scaled", (term.const.astype(np.float64) * factor).astype(term.const.dtype))
+def _term_shape(term: Value, batch_shape: tuple, plan: Plan) -> tuple:
+    """The [B|1, H|1, Sq|1, Skv|1] shape a bias/mask term of the [*batch_shape, Sq, Skv] scores
+    takes as a kernel input (the flat batch index is batch-major, then head: `_plan`).
+    Raises Reject when a computed term broadcasts over only part of the batch or the heads."""
     shape = tuple(term.desc.shape)
     rank = len(batch_shape) + 2
+    if len(shape) > rank:
+        raise Reject(reasons.SHAPE_MISMATCH, f"bias {term.name} {list(shape)} has more axes than the scores",
+                     [], [term])
     padded = (1,) * (rank - len(shape)) + shape
     lead, matrix = padded[:-2], padded[-2:]
-    if tuple(batch_shape) == (plan.batch, plan.heads) or len(shape) <= 2:
-        return term
     if all(d == 1 for d in lead):
-        target = (1, 1) + matrix
-    elif lead == tuple(batch_shape):
-        target = (plan.batch, plan.heads) + matrix
-    else:
-        raise Reject(reasons.UNSUPPORTED_VARIANT, f"bias {term.name} {list(shape)} broadcasts over part of the "
-                     f"scores' batch axes {list(batch_shape)}; the kernel takes [B|1, H|1, Sq, Skv]", [], [term])
+        return (1, 1) + matrix
+    if tuple(lead) == tuple(batch_shape) or term.is_const:   # a constant varying over part is expanded
+        split = _batch_split(batch_shape, plan)
+        if split is None or tuple(lead) == tuple(batch_shape):
+            return (plan.batch, plan.heads) + matrix
+        return tuple(1 if all(d == 1 for d in lead[part]) else size
+                     for part, size in ((slice(0, split), plan.batch), (slice(split, None), plan.heads))) + matrix
+    split = _batch_split(batch_shape, plan)
+    if split is not None and all(all(d == 1 for d in lead[part]) or tuple(lead[part]) == tuple(batch_shape[part])
+                                 for part in (slice(0, split), slice(split, None))):
+        return (plan.batch if lead[:split] != (1,) * split else 1,
+                plan.heads if lead[split:] != (1,) * (len(lead) - split) else 1) + matrix
+    raise Reject(reasons.UNSUPPORTED_VARIANT,
+                 f"bias {term.name} {list(shape)} broadcasts over part of the scores' batch axes "
+                 f"{list(batch_shape)}; the kernel takes [B|1, H|1, Sq, Skv]", [], [term])
+
+
+def _batch_split(batch_shape: tuple, plan: Plan):
+    """k such that batch_shape[:k] are the batch axes and batch_shape[k:] the heads, or None."""
+    return next((k for k in range(len(batch_shape) + 1)
+                 if int(np.prod(batch_shape[:k], dtype=np.int64)) == plan.batch), None)
+
+
+def _score_input(graph: Graph, term: Value, factor: float, batch_shape: tuple, plan: Plan, name: str) -> Value:
+    """A bias/mask term as the kernel's input: scaled when it was added before a scale (a
+    constant), reshaped (a view) or expanded (a constant) when the scores' batch axes are not
+    [B, H] (`_term_shape`, checked at match time)."""
+    target = _term_shape(term, batch_shape, plan)
     if term.is_const:
-        return graph.constant(f"{name}/as_bhss", term.const.reshape(target))
+        array = term.const
+        if factor != 1.0:
+            array = (array.astype(np.float64) * factor).astype(array.dtype)
+        rank = len(batch_shape) + 2
+        full = np.broadcast_to(array.reshape((1,) * (rank - array.ndim) + array.shape),
+                               tuple(batch_shape) + tuple(target[2:]) if array.ndim else array.shape)
+        as_kernel = np.ascontiguousarray(full).reshape((plan.batch, plan.heads) + tuple(full.shape[-2:]))
+        for axis in (0, 1):                 # keep axes the term does not vary along at size 1
+            if target[axis] == 1:
+                as_kernel = as_kernel[:1] if axis == 0 else as_kernel[:, :1]
+        if as_kernel.shape == array.shape and factor == 1.0:
+            return term
+        return graph.constant(f"{name}/as_bhss", np.ascontiguousarray(as_kernel))
+    if tuple(term.desc.shape) == target or len(batch_shape) == 2 and tuple(batch_shape) == (plan.batch, plan.heads):
+        return term
     view = graph.make_node("Reshape", [term], attrs={"shape": list(target), "allowzero": 0},
                            name=graph.unique_name(f"{name}/as_bhss"),
                            descs=[TensorDesc(term.desc.dtype, target)])

@@ -267,6 +267,11 @@ class ExportCache:
 # swin -- window attention with a position bias and the shifted-window mask added through
 # views; distilbert -- masked_fill (an inverted Where); nn_mha -- torch's
 # nn.MultiheadAttention (3-D [B*H,S,D] heads, packed in-projection, heads by Gather).
+# Three more are written the way timm and torchvision write them (those libraries are not
+# test dependencies): levit -- Linear + BatchNorm1d projections ("LinearNorm"), a learned
+# attention bias, Hardswish on the merged heads; eva -- rotary embedding of feature pairs
+# that leaves the class token out; window -- torchvision Swin's shifted-window attention
+# (q scaled after the head split, relative bias, the window mask added through a view).
 TINY = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, num_hidden_layers=1, vocab_size=64,
             max_position_embeddings=32)
 ATTENTION = {
@@ -288,6 +293,9 @@ ATTENTION = {
     "distilbert": ("DistilBertConfig", "DistilBertModel", dict(dim=32, n_heads=4, hidden_dim=64, n_layers=1,
                                                                vocab_size=64, max_position_embeddings=32), "text"),
     "nn_mha": (None, None, {}, "hidden"),
+    "levit": (None, None, {}, "hidden"),
+    "eva": (None, None, {}, "hidden7"),      # a class token and 6 rotated tokens
+    "window": (None, None, {}, "hidden"),
 }
 ATTN_IMPLS = ("sdpa", "eager")
 ATTENTION_SHAPE = dict(batch=2, seq=8, image=32)
@@ -298,8 +306,8 @@ def build_attention(name: str, attn: str):
     import torch
     torch.manual_seed(0)
     config_cls, model_cls, config, kind = ATTENTION[name]
-    if name == "nn_mha":
-        model = _mha_block(config)
+    if config_cls is None:
+        model = {"nn_mha": _mha_block, "levit": _levit_block, "eva": _eva_block, "window": _window_block}[name]()
     else:
         import transformers as tf
         cfg = getattr(tf, config_cls)(**config)
@@ -308,7 +316,7 @@ def build_attention(name: str, attn: str):
         model = getattr(tf, model_cls)._from_config(cfg, attn_implementation=attn)
     _perturb_parameters(model)
     args, names = _attention_inputs(kind)
-    return (_LastHidden.wrap(model.eval(), names).eval() if name != "nn_mha" else model.eval()), args, names
+    return (_LastHidden.wrap(model.eval(), names).eval() if config_cls is not None else model.eval()), args, names
 
 
 def _attention_inputs(kind: str):
@@ -326,10 +334,11 @@ def _attention_inputs(kind: str):
     if kind == "image":
         image = ATTENTION_SHAPE["image"]
         return (torch.randn(b, 3, image, image, generator=gen),), ["pixel_values"]
-    return (torch.randn(b, s, 32, generator=gen),), ["hidden"]
+    tokens = 7 if kind == "hidden7" else s
+    return (torch.randn(b, tokens, 32, generator=gen),), ["hidden"]
 
 
-def _mha_block(config):
+def _mha_block():
     """A pre-LN encoder block around torch.nn.MultiheadAttention(batch_first=True), as
     torchvision's ViT writes it."""
     import torch
@@ -346,6 +355,103 @@ def _mha_block(config):
             return hidden + y
 
     return Block()
+
+
+def _levit_block():
+    """timm LeViT's Attention: LinearNorm qkv split per head into q, k, v of different sizes,
+    a learned bias per head, Hardswish on the merged heads, LinearNorm projection."""
+    import torch
+
+    class LinearNorm(torch.nn.Module):
+        def __init__(self, fan_in, fan_out):
+            super().__init__()
+            self.linear = torch.nn.Linear(fan_in, fan_out, bias=False)
+            self.bn = torch.nn.BatchNorm1d(fan_out)
+            with torch.no_grad():
+                self.bn.running_mean.uniform_(-0.5, 0.5)
+                self.bn.running_var.uniform_(0.5, 1.5)
+
+        def forward(self, x):
+            y = self.linear(x)
+            return self.bn(y.flatten(0, 1)).reshape_as(y)
+
+    class Attention(torch.nn.Module):
+        def __init__(self, dim=32, heads=4, key_dim=4, val_dim=8):
+            super().__init__()
+            self.heads, self.key_dim, self.val_dim, self.scale = heads, key_dim, val_dim, key_dim ** -0.5
+            self.qkv = LinearNorm(dim, heads * (2 * key_dim + val_dim))
+            self.bias = torch.nn.Parameter(torch.randn(heads, 8, 8) * 0.1)
+            self.proj = torch.nn.Sequential(torch.nn.Hardswish(), LinearNorm(heads * val_dim, dim))
+
+        def forward(self, hidden):
+            b, n, _ = hidden.shape
+            q, k, v = self.qkv(hidden).view(b, n, self.heads, -1).split([self.key_dim, self.key_dim, self.val_dim], dim=3)
+            q, k, v = q.permute(0, 2, 1, 3), k.permute(0, 2, 3, 1), v.permute(0, 2, 1, 3)
+            attn = (q @ k * self.scale + self.bias).softmax(dim=-1)
+            return hidden + self.proj((attn @ v).transpose(1, 2).reshape(b, n, -1))
+
+    return Attention()
+
+
+def _eva_block():
+    """timm EVA's attention: packed qkv, rotary embedding of feature pairs on every token but
+    the class token (`apply_rot_embed_cat`), explicit softmax."""
+    import torch
+
+    class Attention(torch.nn.Module):
+        def __init__(self, dim=32, heads=4):
+            super().__init__()
+            self.heads, self.head_dim = heads, dim // heads
+            self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+            freqs = torch.arange(1.0, 7.0)[:, None] * (10000.0 ** (-torch.arange(0, self.head_dim, 2) / self.head_dim))
+            angles = freqs.repeat_interleave(2, dim=-1)                 # [6 tokens, head_dim], pairs equal
+            self.register_buffer("rope", torch.cat([angles.sin(), angles.cos()], dim=-1))
+
+        @staticmethod
+        def rot(x):
+            return torch.stack([-x[..., 1::2], x[..., ::2]], -1).reshape(x.shape)
+
+        def forward(self, hidden):
+            b, n, c = hidden.shape
+            q, k, v = self.qkv(hidden).reshape(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+            sin, cos = self.rope[:, :self.head_dim], self.rope[:, self.head_dim:]
+            q = torch.cat([q[:, :, :1], q[:, :, 1:] * cos + self.rot(q[:, :, 1:]) * sin], dim=2)
+            k = torch.cat([k[:, :, :1], k[:, :, 1:] * cos + self.rot(k[:, :, 1:]) * sin], dim=2)
+            attn = (q * self.head_dim ** -0.5 @ k.transpose(-2, -1)).softmax(dim=-1)
+            return hidden + self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+    return Attention()
+
+
+def _window_block():
+    """torchvision Swin's shifted-window attention on 2 windows of 4 tokens: q scaled after
+    the head split, a relative position bias, the window mask added through a
+    [B/nW, nW, H, N, N] view of the scores."""
+    import torch
+
+    class Attention(torch.nn.Module):
+        def __init__(self, dim=32, heads=4, windows=2, tokens=4):
+            super().__init__()
+            self.heads, self.windows, self.tokens = heads, windows, tokens
+            self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+            self.bias = torch.nn.Parameter(torch.randn(heads, tokens, tokens) * 0.1)
+            mask = torch.zeros(windows, tokens, tokens)
+            mask[1, :2, 2:] = mask[1, 2:, :2] = -100.0
+            self.register_buffer("mask", mask)
+
+        def forward(self, hidden):
+            b, n, c = hidden.shape                                 # n = windows * tokens
+            x = hidden.reshape(b * self.windows, self.tokens, c)
+            qkv = self.qkv(x).reshape(x.shape[0], self.tokens, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            q = q * (c // self.heads) ** -0.5
+            attn = q.matmul(k.transpose(-2, -1)) + self.bias
+            attn = attn.view(b, self.windows, self.heads, self.tokens, self.tokens) + self.mask.unsqueeze(1).unsqueeze(0)
+            attn = attn.view(-1, self.heads, self.tokens, self.tokens).softmax(dim=-1)
+            out = (attn @ v).transpose(1, 2).reshape(x.shape[0], self.tokens, c)
+            return hidden + self.proj(out).reshape(b, n, c)
+
+    return Attention()
 
 
 def attention_feeds(name: str) -> dict:

@@ -25,13 +25,16 @@ from helpers import assert_matches_ort, fuse_model, lower, op_types
 
 PASS = "MultiHeadAttentionFusionPass"
 BLOCKS = {"bert": 1, "llama": 1, "t5": 1, "bart": 3, "gpt_neox": 1, "deberta": 1, "swin": 2, "distilbert": 1,
-          "nn_mha": 1}
+          "nn_mha": 1, "levit": 1, "eva": 1, "window": 1}
+MODULES = ("levit", "eva", "window")      # torch modules written as timm/torchvision write them
 TORCHSCRIPT = [(name, "torchscript", attn) for name in BLOCKS if name != "nn_mha"
-               for attn in exporters.ATTN_IMPLS if not (name == "deberta" and attn == "sdpa")]
+               for attn in (("sdpa",) if name in MODULES else exporters.ATTN_IMPLS)
+               if not (name == "deberta" and attn == "sdpa")]
 DYNAMO = [("bert", "dynamo", "sdpa"), ("bert", "dynamo", "eager"), ("llama", "dynamo", "sdpa"),
           ("llama", "dynamo", "eager"), ("t5", "dynamo", "sdpa"), ("bart", "dynamo", "sdpa"),
           ("gpt_neox", "dynamo", "sdpa"), ("deberta", "dynamo", "eager"), ("swin", "dynamo", "sdpa"),
-          ("distilbert", "dynamo", "eager"), ("nn_mha", "dynamo", "sdpa")]
+          ("distilbert", "dynamo", "eager"), ("nn_mha", "dynamo", "sdpa"), ("levit", "dynamo", "sdpa"),
+          ("eva", "dynamo", "sdpa"), ("window", "dynamo", "sdpa")]
 CASES = TORCHSCRIPT + DYNAMO
 IDS = ["-".join(c) for c in CASES]
 _FUSED: dict = {}
@@ -56,6 +59,12 @@ def _mha(graph) -> list:
     return [n for n in graph.nodes if n.op_type == OP_TYPE]
 
 
+def _mha_kernels(graph) -> list:
+    """MHA kernels, and autofused kernels built around one (LeViT's Hardswish after the
+    merged heads joins the attention kernel's launch)."""
+    return [n for n in graph.nodes if n.op_type == OP_TYPE or n.attrs.get("anchor") == OP_TYPE]
+
+
 def _slots(node) -> dict:
     return SLOTS.read(node.inputs)
 
@@ -69,7 +78,7 @@ def _compare(exports, case, graph, precision):
 def test_every_block_is_one_mha_kernel(exports, case):
     graph, stats = _fused(exports, case)
     counts = graph.op_type_counts()
-    assert counts.get(OP_TYPE) == BLOCKS[case[0]] and "Softmax" not in counts, counts
+    assert len(_mha_kernels(graph)) == BLOCKS[case[0]] and "Softmax" not in counts, counts
     mha = stats[PASS]
     assert (mha.match_times, mha.effect_times, mha.misses) == (BLOCKS[case[0]], BLOCKS[case[0]], [])
     assert "RotaryEmbedding" not in counts and "IsNaN" not in counts
@@ -161,6 +170,35 @@ def test_swin_window_bias_and_shifted_window_mask(exports):
     assert bias is not None and bias.desc.shape[-3:] == (2, 16, 16) and _slots(plain)["mask"] is None
     terms = [t for t in (_slots(shifted)["bias"], _slots(shifted)["mask"]) if t is not None]
     assert any(t.desc.shape[0] == 8 for t in terms), [t.desc.shape for t in terms]
+
+
+@pytest.mark.parametrize("exporter", exporters.EXPORTERS)
+def test_levit_batchnorm_projections_and_per_head_split(exports, exporter):
+    """LinearNorm (Linear + BatchNorm1d over flattened tokens) folds into the projection; the
+    qkv output splits per head into q, k (4 features) and v (8 features); the learned
+    attention bias is an input."""
+    graph, _ = _fused(exports, ("levit", exporter, "sdpa"), [CanonicalizePass, MultiHeadAttentionFusionPass])
+    [node] = _mha(graph)
+    assert (node.attrs["head_dim"], node.attrs["v_head_dim"], node.attrs["num_heads"]) == (4, 8, 4)
+    assert "BatchNormalization" not in graph.op_type_counts() and _slots(node)["bias"] is not None
+
+
+@pytest.mark.parametrize("exporter", exporters.EXPORTERS)
+def test_eva_pair_rotary_with_the_class_token_left_out(exports, exporter):
+    """The pair rotation (interleaved) of every token but the first: one rotary table in the
+    kernel whose first row is the identity (cos 1, sin 0)."""
+    node = _one(exports, ("eva", exporter, "sdpa"))
+    assert node.attrs["rotary_interleaved"] == 1 and node.attrs["rotary_dim"] == 8
+    cos, sin = _slots(node)["rope_cos"].const, _slots(node)["rope_sin"].const
+    assert cos.shape == (1, 7, 4) and np.all(cos[:, 0] == 1) and np.all(sin[:, 0] == 0)
+
+
+def test_window_attention_rows_regrouped_into_windows(exports):
+    """Tokens split into windows before the projection: the kernel reads the hidden states
+    as [B*windows, tokens, K] (a view), the window mask through the scores' 5-D view."""
+    node = _one(exports, ("window", "torchscript", "sdpa"))
+    assert _slots(node)["x_q"].desc.shape == (4, 4, 32) and _slots(node)["x_q"].producer.op_type == "Reshape"
+    assert node.attrs["scale"] == pytest.approx(8 ** -0.5)
 
 
 def test_nn_multihead_attention_three_d_heads(exports):

@@ -212,7 +212,9 @@ def fused(task: Optional[dict]) -> bool:
 
 
 def is_mha(task: Optional[dict]) -> bool:
-    return task is not None and "Attention" in task.get("op_type", "")
+    """An attention kernel, or an autofused kernel built around one (it took the attention
+    output's elementwise tail, e.g. LeViT's Hardswish, into the same launch)."""
+    return task is not None and ("Attention" in task.get("op_type", "") or "Attention" in task.get("anchor", ""))
 
 
 # ------------------------------------------------------------------ totals

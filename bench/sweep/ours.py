@@ -5,6 +5,7 @@ nodes it covers in origin_op_names).  No in-process imports of atc_py internals,
 sweep survives refactors of the package."""
 from __future__ import annotations
 
+import base64
 import glob
 import json
 import os
@@ -65,9 +66,16 @@ def om_tasks(om_path: str, timeout: float) -> list:
     if result["rc"] != 0:
         raise RuntimeError(f"atc --mode=1 failed: {result['out'][-300:]}")
     with open(json_path) as f:
-        tasks = json.load(f)["task_info"]["task"]
+        content = json.load(f)
     os.remove(json_path)
-    return [{k: t.get(k) for k in ("op_name", "op_type", "origin_op_names", "fusion_pass")} for t in tasks]
+    anchors = {}      # an autofused kernel's anchor: the fused kernel whose tail it took in
+    for graph in content["model_def"].get("graph", []):
+        for op in graph.get("op", []):
+            encoded = op.get("attr", {}).get("anchor", {}).get("s")
+            if encoded:
+                anchors[op["name"]] = base64.b64decode(encoded).decode("utf-8", "replace")
+    return [dict({k: t.get(k) for k in ("op_name", "op_type", "origin_op_names", "fusion_pass")},
+                 anchor=anchors.get(t.get("op_name"), "")) for t in content["task_info"]["task"]]
 
 
 def dfx_misses(debug_dir: str) -> list:

@@ -29,10 +29,11 @@ from fusion_passes.canonical.gelu_tanh import GeluTanh
 from fusion_passes.canonical.gemm_as_matmul import GemmAsMatMul
 from fusion_passes.canonical.hard_sigmoid import HardSigmoid
 from fusion_passes.canonical.hard_swish import HardSwish
+from fusion_passes.canonical.linear_batchnorm import BatchNormIntoLinear
 from fusion_passes.canonical.linear_views import ViewAboveLinear, ViewBelowLinear
 from fusion_passes.canonical.mish import Mish
 from fusion_passes.canonical.rewrite import Rewrite
-from fusion_passes.canonical.rotary import RotaryEmbedding
+from fusion_passes.canonical.rotary import RotaryEmbedding, RotaryPrefix
 from fusion_passes.canonical.score_scale import ScoreScale
 from fusion_passes.canonical.slice_noop import SliceNoop
 from fusion_passes.canonical.softmax_guard import SoftmaxNanGuard
@@ -57,6 +58,7 @@ REWRITES: tuple = (
     # views, linear layers and attention idioms
     ViewAsReshape(),        # Squeeze/Unsqueeze/Flatten -> Reshape
     GemmAsMatMul(),         # Gemm -> MatMul [+ Add]
+    BatchNormIntoLinear(),  # linear -> BatchNorm over its features -> one linear
     ReshapeChain(),         # Reshape(Reshape(x)) -> Reshape(x); same-shape Reshape -> x
     TransposeChain(),       # Transpose(Transpose(x)) -> Transpose(x) or x
     ViewBelowLinear(),      # token views cross linear layers, to the views they belong with
@@ -64,6 +66,7 @@ REWRITES: tuple = (
     ScoreScale(),           # (a*Q).(b*K)^T -> (a*b)*(Q.K^T)
     SoftmaxNanGuard(),      # Where(IsNaN(softmax), 0, softmax) -> softmax, when proved a no-op
     RotaryEmbedding(),      # x*cos + rotate_half(x)*sin -> RotaryEmbedding(x)
+    RotaryPrefix(),         # cat(x[:, :, :p], rope(x[:, :, p:])) -> RotaryEmbedding(x)
 )
 
 

@@ -4,13 +4,17 @@ transformers (Llama, Qwen2, Mistral, GPT-NeoX, Phi, ...) apply RoPE to Q and K a
     x * cos + cat(-x[..., h:], x[..., :h]) * sin          (h = half the rotated features)
 and with a partial rotary factor (GPT-NeoX, Phi) on the first R features only:
     cat(rope(x[..., :R]), x[..., R:])
-both exporters write that as Slice/Neg/Concat/Mul/Add, 7 to 10 kernels per tensor.  It becomes
-one RotaryEmbedding node (ONNX opset 23, ge/ops/rotary.py) with cos/sin caches [B|1, S, R/2],
-which the attention pass takes into its kernel, or which runs as one kernel.
+and timm (EVA-02) rotates feature pairs, `x * cos + stack(-x[..., 1::2], x[..., ::2]) * sin`,
+leaving its class token out: `cat(x[:, :, :1], rope(x[:, :, 1:]), dim=2)`.  Both exporters
+write these as Slice/Neg/Concat/Mul/Add, 7 to 12 kernels per tensor.  Each becomes one
+RotaryEmbedding node (ONNX opset 23, ge/ops/rotary.py; `interleaved` for the pair form) with
+cos/sin caches [B|1, S, R/2] -- a token left out rotates by angle 0 (cos 1, sin 0) -- which
+the attention pass takes into its kernel, or which runs as one kernel.
 
 Recognised when x is [B, H, S, D] (heads before the sequence), cos and sin are constants
-that do not vary over the heads, and their two halves are equal (transformers builds them
-as cat(freqs, freqs)); anything else stays as the exporter wrote it.
+that do not vary over the heads, and the two entries of each rotated pair are equal (halves
+for rotate_half: transformers builds them as cat(freqs, freqs); neighbours for the pair
+form); anything else stays as the exporter wrote it.
 """
 from __future__ import annotations
 
@@ -22,17 +26,22 @@ from fusion_passes.canonical.rewrite import Rewrite, add_node, replace_value
 from ge.ir import Graph, Node, Value
 
 
-def _last_axis_slice(node: Optional[Node], source: Value) -> Optional[tuple]:
-    """(start, stop) when `node` is Slice(source) on the last axis only, step 1."""
+def _slice(node: Optional[Node], source: Value, axis: int = -1) -> Optional[tuple]:
+    """(start, stop, step) when `node` is Slice(source) on `axis` only."""
     if node is None or node.op_type != "Slice" or node.inputs[0] is not source:
         return None
     rank = len(source.desc.shape)
     axes = [int(a) % rank for a in (node.attrs.get("axes") or range(len(node.attrs.get("starts", []))))]
     steps = [int(s) for s in (node.attrs.get("steps") or [1] * len(axes))]
-    if axes != [rank - 1] or steps != [1]:
+    if axes != [axis % rank] or steps[0] < 1:
         return None
-    start, stop, _ = slice(int(node.attrs["starts"][0]), int(node.attrs["ends"][0])).indices(source.desc.shape[-1])
-    return start, stop
+    return slice(int(node.attrs["starts"][0]), int(node.attrs["ends"][0]), steps[0]).indices(source.desc.shape[axis])
+
+
+def _last_axis_slice(node: Optional[Node], source: Value) -> Optional[tuple]:
+    """(start, stop) when `node` is Slice(source) on the last axis only, step 1."""
+    found = _slice(node, source)
+    return found[:2] if found is not None and found[2] == 1 else None
 
 
 def _mul_by_const(node: Optional[Node]) -> Optional[tuple]:
@@ -68,9 +77,42 @@ def _rotate_half_of(value: Value) -> Optional[Value]:
     return x
 
 
-def half_cache(table: np.ndarray, shape: tuple) -> Optional[np.ndarray]:
+def _rotate_pairs_of(value: Value) -> Optional[Value]:
+    """x when `value` = Reshape(Concat(Unsqueeze(-x[..., 1::2]), Unsqueeze(x[..., ::2]), -1)) to
+    x's shape: timm's pair rotation (the Unsqueezes are Reshapes in canonical form)."""
+    flat = value.producer
+    if flat is None or flat.op_type != "Reshape":
+        return None
+    cat = flat.inputs[0].producer
+    if cat is None or cat.op_type != "Concat" or len(cat.inputs) != 2 or cat.inputs[0].desc.shape[-1] != 1:
+        return None
+    if int(cat.attrs.get("axis", 0)) % len(cat.outputs[0].desc.shape) != len(cat.outputs[0].desc.shape) - 1:
+        return None
+    first, second = (v.producer for v in cat.inputs)
+    if first is None or second is None or first.op_type != "Reshape" or second.op_type != "Reshape":
+        return None
+    neg, even = first.inputs[0].producer, second.inputs[0].producer
+    if neg is None or neg.op_type != "Neg" or even is None or even.op_type != "Slice":
+        return None
+    x, odd = even.inputs[0], neg.inputs[0].producer
+    d = x.desc.shape[-1]
+    if tuple(value.desc.shape) != tuple(x.desc.shape) or d % 2 \
+            or _slice(even, x) != (0, d, 2) or _slice(odd, x) != (1, d, 2):
+        return None
+    return x
+
+
+def _pair_nodes(value: Value) -> list:
+    flat = value.producer
+    cat = flat.inputs[0].producer
+    first, second = (v.producer for v in cat.inputs)
+    neg = first.inputs[0].producer
+    return [flat, cat, first, second, neg, neg.inputs[0].producer, second.inputs[0].producer]
+
+
+def half_cache(table: np.ndarray, shape: tuple, interleaved: bool = False) -> Optional[np.ndarray]:
     """The [B|1, S, D/2] cache of a cos/sin constant broadcasting to x's [B, H, S, D], or None
-    when it varies over the heads or its halves differ."""
+    when it varies over the heads or the two entries of a rotated pair differ."""
     try:
         full = np.broadcast_to(table, (max(table.shape[0] if table.ndim == 4 else 1, 1),) + tuple(shape[1:]))
     except ValueError:
@@ -80,14 +122,19 @@ def half_cache(table: np.ndarray, shape: tuple) -> Optional[np.ndarray]:
     if not np.all(full == full[:, :1]):
         return None
     per_row = full[:, 0]                                            # [B|1, S, D]
-    half = shape[-1] // 2
-    if not np.array_equal(per_row[..., :half], per_row[..., half:]):
+    if interleaved:
+        first, second = per_row[..., 0::2], per_row[..., 1::2]
+    else:
+        half = shape[-1] // 2
+        first, second = per_row[..., :half], per_row[..., half:]
+    if not np.array_equal(first, second):
         return None
-    return np.ascontiguousarray(per_row[..., :half])
+    return np.ascontiguousarray(first)
 
 
 def match_rope(add: Node):
-    """(x, cos cache, sin cache, nodes) when `add` computes x*cos + rotate_half(x)*sin."""
+    """(x, cos cache, sin cache, interleaved, nodes) when `add` computes x*cos + rot(x)*sin,
+    rot being rotate_half or the pair rotation."""
     if len(add.inputs) != 2:
         return None
     for first, second in ((0, 1), (1, 0)):
@@ -95,17 +142,20 @@ def match_rope(add: Node):
         if plain is None or rotated is None:
             continue
         x, cos = plain
-        x_rot = _rotate_half_of(rotated[0])
-        if x_rot is not x or len(x.desc.shape) != 4:
+        interleaved = _rotate_half_of(rotated[0]) is not x
+        if (_rotate_pairs_of(rotated[0]) if interleaved else x) is not x or len(x.desc.shape) != 4:
             continue
         shape = tuple(x.desc.shape)
-        cos_c, sin_c = half_cache(cos.const, shape), half_cache(rotated[1].const, shape)
+        cos_c, sin_c = half_cache(cos.const, shape, interleaved), half_cache(rotated[1].const, shape, interleaved)
         if cos_c is None or sin_c is None or cos_c.shape != sin_c.shape:
             continue
-        cat = rotated[0].producer
-        nodes = [add, add.inputs[first].producer, add.inputs[second].producer, cat,
-                 cat.inputs[0].producer, cat.inputs[0].producer.inputs[0].producer, cat.inputs[1].producer]
-        return x, cos_c, sin_c, nodes
+        nodes = [add, add.inputs[first].producer, add.inputs[second].producer]
+        if interleaved:
+            nodes += _pair_nodes(rotated[0])
+        else:
+            cat = rotated[0].producer
+            nodes += [cat, cat.inputs[0].producer, cat.inputs[0].producer.inputs[0].producer, cat.inputs[1].producer]
+        return x, cos_c, sin_c, interleaved, nodes
     return None
 
 
@@ -117,7 +167,7 @@ class RotaryEmbedding(Rewrite):
         found = match_rope(add)
         if found is None:
             return False
-        x, cos_c, sin_c, nodes = found
+        x, cos_c, sin_c, interleaved, nodes = found
         dtype = x.desc.dtype
         rot = x.desc.shape[-1]
         target, source = add.outputs[0], x
@@ -132,7 +182,42 @@ class RotaryEmbedding(Rewrite):
                 target, source = cat.outputs[0], full
         cos = graph.constant(f"{add.name}/cos_cache", cos_c.astype(dtype))
         sin = graph.constant(f"{add.name}/sin_cache", sin_c.astype(dtype))
-        attrs = {"interleaved": 0, "rotary_embedding_dim": int(rot) if source is not x else 0}
+        attrs = {"interleaved": int(interleaved), "rotary_embedding_dim": int(rot) if source is not x else 0}
         node = add_node(graph, "RotaryEmbedding", [source, cos, sin], attrs, f"{add.name}/RotaryEmbedding", nodes)
         replace_value(graph, target, node.outputs[0])
+        return True
+
+
+class RotaryPrefix(Rewrite):
+    """`cat(x[:, :, :p], RotaryEmbedding(x[:, :, p:]), dim=2)` -> RotaryEmbedding(x): the
+    first p tokens (EVA-02's class token) rotate by angle 0, cos 1 and sin 0."""
+
+    name = "RotaryPrefix"
+    anchor_types = ("Concat",)
+
+    def apply(self, graph: Graph, cat: Node) -> bool:
+        out = cat.outputs[0]
+        if len(cat.inputs) != 2 or len(out.desc.shape) != 4 or int(cat.attrs.get("axis", 0)) % 4 != 2:
+            return False
+        head, rope = cat.inputs[0].producer, cat.inputs[1].producer
+        if head is None or rope is None or rope.op_type != "RotaryEmbedding" or len(rope.inputs) != 3:
+            return False
+        tail = rope.inputs[0].producer
+        x = head.inputs[0] if head.op_type == "Slice" else None
+        seq = out.desc.shape[2]
+        if x is None or tail is None or _slice(head, x, 2) is None or _slice(tail, x, 2) is None:
+            return False
+        (p0, p1, s0), (t0, t1, s1) = _slice(head, x, 2), _slice(tail, x, 2)
+        if (p0, s0, s1, t0, t1) != (0, 1, 1, p1, seq) or tuple(x.desc.shape) != tuple(out.desc.shape):
+            return False
+        cos, sin = rope.inputs[1].const, rope.inputs[2].const
+        if cos is None or sin is None:
+            return False
+        pad = (cos.shape[0], p1, cos.shape[2])
+        cos = np.concatenate([np.ones(pad, cos.dtype), cos], axis=1)
+        sin = np.concatenate([np.zeros(pad, sin.dtype), sin], axis=1)
+        node = add_node(graph, "RotaryEmbedding",
+                        [x, graph.constant(f"{rope.name}/cos_cache", cos), graph.constant(f"{rope.name}/sin_cache", sin)],
+                        dict(rope.attrs), f"{rope.name}/whole", [cat, head, tail, rope])
+        replace_value(graph, out, node.outputs[0])
         return True

@@ -18,7 +18,7 @@ from fusion_passes.canonical.rewrite import Rewrite, add_node, can_bypass, repla
 from fusion_passes.layout import is_view
 from ge.ir import Graph, Node, Value
 
-SOFTMAX_DISTANCE = 4        # nodes between Q.K^T and its Softmax (scale, masks, views)
+SOFTMAX_DISTANCE = 8        # nodes between Q.K^T and its Softmax (scale, biases, masks, views)
 
 
 def scalar_factor(node: Optional[Node], value: Value) -> Optional[float]:
