@@ -30,12 +30,15 @@ _OPTIONS = [
     ("soc_version", "Target chip, e.g. Ascend910, Ascend910B2, Ascend310P3."),
     ("mode", "0: generate offline model (default); 1: model to JSON (--om, --json); "
              "3: pre-check only (--check_report); 6: display model info (--om)."),
-    ("input_shape", 'Input shapes, e.g. "input_name1:n1,c1,h1,w1;input_name2:n2,c2".'),
+    ("input_shape", 'Input shapes, e.g. "input_name1:n1,c1,h1,w1;input_name2:n2,c2"; -1 or lo~hi for a '
+                    "dim known only at run time."),
+    ("input_shape_range", 'Deprecated (GE): dim ranges, e.g. "input_name1:[1~8,3,224~448,224~448]" (exclusive '
+                          "with the gear flags)."),
+    ("input_hint_shape", 'Shapes a dynamic model is priced at in the report, by input index: "0:[1,128];1:[1,128]".'),
     ("input_format", "Input format: NCHW (default), NHWC, ND, NCDHW or NDHWC."),
     ("dynamic_batch_size", 'Batch-size gears, e.g. "1,2,4,8" (the batch axis is -1 in --input_shape).'),
     ("dynamic_image_size", 'Image-size gears, e.g. "224,224;448,448" (H and W are -1 in --input_shape).'),
     ("dynamic_dims", 'Gears of the -1 dims of --input_shape, in order, e.g. "1,128;8,128" (--input_format=ND).'),
-    ("input_shape_range", 'Input shape ranges, e.g. "input:[1~8],3,[224~448],[224~448]".'),
     ("out_nodes", 'Output nodes, e.g. "node_name1:0;node_name2:1".'),
     ("log", "Log level: debug, info, warning, error, null (default)."),
     ("om", "The .om file for --mode=1 or --mode=6."),

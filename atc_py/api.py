@@ -127,6 +127,11 @@ def gear_report_data(options: AtcOptions, geared, reports: list) -> dict:
             "warnings": first["warnings"], "fusion_switch_mapped": first["fusion_switch_mapped"], "gears": gears}
 
 
+def _dims(shape) -> list:
+    """A shape as plain data: symbolic dims (dynamic shapes) as their expressions."""
+    return [d if isinstance(d, int) else str(d) for d in shape]
+
+
 def report_data(options: AtcOptions, result, fusion_report) -> dict:
     """Everything the Graph Fusion Report and the warnings say, as plain data."""
     r = fusion_report
@@ -141,10 +146,11 @@ def report_data(options: AtcOptions, result, fusion_report) -> dict:
         "super_kernels": [list(g) for g in r.super_kernels], "launches_after": r.launches_after,
         "precision_overrides": [dict(row) for row in r.precision_overrides],
         "io": {k: v for k, v in result.io.items()},
-        "inputs": [{"name": v.name, "shape": list(v.desc.shape), "dtype": str(v.desc.dtype)}
+        "inputs": [{"name": v.name, "shape": _dims(v.desc.shape), "dtype": str(v.desc.dtype)}
                    for v in result.graph.inputs],
-        "outputs": [{"name": v.name, "shape": list(v.desc.shape), "dtype": str(v.desc.dtype)}
+        "outputs": [{"name": v.name, "shape": _dims(v.desc.shape), "dtype": str(v.desc.dtype)}
                     for v in result.graph.outputs],
+        "dynamic": dict(r.dynamic),
         "warnings": [str(w) for w in result.warnings],
         "fusion_switch_mapped": dict(result.switches.mapped),
     }

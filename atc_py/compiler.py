@@ -16,10 +16,12 @@ from atc_py.precision import PrecisionPlan, plan_precision
 from codegen.om_builder import OmPartitions, build_partitions
 from fusion_passes import pipeline
 from fusion_passes.switches import FusionSwitches, load_switches
+from ge.dynamic import hint_values, representative_values
 from ge.errors import AtcError
 from ge.ir import Graph
 from ge.limits import Budget, use_budget
-from ge.onnx_import import import_model, load_model, parse_input_shape
+from ge.onnx_import import (import_model, input_names, load_model, parse_input_hint_shape, parse_input_shape,
+                            parse_input_shape_range)
 from ge.passes import run_generic
 from ge.passes.contract import run_passes
 from ge.passes.dead_code import remove_dead_nodes
@@ -39,6 +41,7 @@ class CompileResult:
     unfused_plan: Optional[PrecisionPlan] = None   # the same flags applied to `unfused`
     io: dict = field(default_factory=dict)         # what the dtype and AIPP flags did to the I/O
     warnings: list = field(default_factory=list)   # AtcWarnings of the build
+    priced_at: dict = field(default_factory=dict)  # dynamic shapes: symbol -> the size the report prices at
 
     def dtype_of(self, node) -> np.dtype:
         return self.plan.dtype_of(node)
@@ -96,12 +99,11 @@ def apply_io_flags(graph: Graph, options: AtcOptions) -> dict:
 
 
 def prepare_graph(options: AtcOptions, model=None, input_shape: Optional[str] = None):
-    """Load (unless `model` is given), import with `input_shape` (default --input_shape),
-    apply the I/O flags, run the generic passes and insert the Aipp ops; returns (graph,
-    changes, onnx node count, io)."""
+    """Load (unless `model` is given), import with `input_shape` (a gear's; default
+    --input_shape or --input_shape_range), apply the I/O flags, run the generic passes and
+    insert the Aipp ops; returns (graph, changes, onnx node count, io)."""
     model = model if model is not None else load_model(options.model)
-    input_shape = options.input_shape if input_shape is None else input_shape
-    shapes = parse_input_shape(input_shape) if input_shape else {}
+    shapes = parse_input_shape(input_shape) if input_shape else input_shapes(options, model)
     graph = import_model(model, shapes, options.input_format)
     apply_out_nodes(graph, options.out_nodes)
     io = apply_io_flags(graph, options)
@@ -110,6 +112,13 @@ def prepare_graph(options: AtcOptions, model=None, input_shape: Optional[str] = 
         from atc_py.aipp_insert import insert_aipp_ops
         io["aipp"] = insert_aipp_ops(graph, options.parsed["aipp"], options.input_format)
     return graph, changes, len(model.graph.node), io
+
+
+def input_shapes(options: AtcOptions, model) -> dict:
+    """What --input_shape (or, overriding it as GE does, --input_shape_range) gives each input."""
+    if options.input_shape_range:
+        return parse_input_shape_range(options.input_shape_range, input_names(model))
+    return parse_input_shape(options.input_shape) if options.input_shape else {}
 
 
 def model_attrs(options: AtcOptions, io: dict) -> dict:
@@ -212,6 +221,9 @@ def _compile(options: AtcOptions, build: bool, model=None, input_shape: Optional
     result = CompileResult(graph, unfused, results, switches, generic_changes=changes, onnx_node_count=onnx_nodes,
                            plan=plan, unfused_plan=unfused_plan, io=io,
                            warnings=list(options.warnings) + list(switches.warnings) + plan.warnings)
+    if graph.is_dynamic:
+        hints = parse_input_hint_shape(options.input_hint_shape) if options.input_hint_shape else {}
+        result.priced_at = representative_values(graph, hint_values(graph, hints))
     if build:
         name = os.path.basename(options.output) or graph.name
         result.partitions = build_partitions(graph, name, options.soc_version, options.precision_mode,

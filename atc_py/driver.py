@@ -36,7 +36,8 @@ def generate_om(options: AtcOptions, log=None):
     with Outputs() as out:
         out.make_folder(os.path.dirname(os.path.abspath(options.om_path)), "--output")
         out.write_bytes(options.om_path, build_om(result.partitions.as_dict(), name=os.path.basename(options.output),
-                                                  ops=len(result.graph.nodes), platform_version=options.soc_version),
+                                                  ops=len(result.graph.nodes), platform_version=options.soc_version,
+                                                  is_dynamic=result.partitions.dynamic),
                         "--output")
         report.write_companions(result, options, log, out)
     return result, fusion_report

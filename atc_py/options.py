@@ -66,8 +66,10 @@ class AtcOptions:
     soc_version: str = ""
     mode: str = "0"
     input_shape: str = ""
+    input_hint_shape: str = ""       # the shapes a dynamic model's report is priced at
     input_format: str = "NCHW"
-    # gears (atc_py/gears.py) and run-time shape ranges: mutually exclusive
+    # gears (atc_py/gears.py) and run-time shape ranges (deprecated by GE: ranges go in
+    # --input_shape now): mutually exclusive
     dynamic_batch_size: str = ""
     dynamic_image_size: str = ""
     dynamic_dims: str = ""
@@ -221,11 +223,16 @@ class AtcOptions:
         gears = parse_gears(self)                    # E10009 when combined with --input_shape_range
         if gears is not None:
             self.parsed["gears"] = gears
-        elif self.input_shape_range:
-            raise AtcError("E10001", f"Value [{self.input_shape_range}] for parameter [--input_shape_range] is "
-                           "invalid. Reason: run-time shape ranges are not supported by this build yet.",
-                           "Fix the shapes with --input_shape, or compile gears with --dynamic_batch_size, "
-                           "--dynamic_image_size or --dynamic_dims.")
+            return
+        if self.input_shape_range:
+            self.warnings.append(AtcWarning("W10105", "Option [--input_shape_range] is deprecated (as in GE): "
+                                            "give ranges in --input_shape, e.g. \"x:1~8,3,224,224\"."))
+            if self.input_shape:
+                self.warnings.append(AtcWarning("W10103", "[--input_shape] is overridden by [--input_shape_range], "
+                                                "as in GE."))
+        if self.input_hint_shape:
+            from ge.onnx_import import parse_input_hint_shape
+            parse_input_hint_shape(self.input_hint_shape)
 
     @property
     def gears(self):

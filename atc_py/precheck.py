@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ge.errors import AtcError
-from ge.onnx_import import load_model, normalize_opset, parse_input_shape
+from ge.onnx_import import load_model, normalize_opset
 from ge.ops.registry import get_op
 
 
@@ -25,8 +25,8 @@ def check_model(options) -> tuple:
         from ge.onnx_import import import_model
         from ge.passes import run_generic
         try:
-            shapes = parse_input_shape(options.input_shape) if options.input_shape else {}
-            run_generic(import_model(model, shapes, options.input_format))
+            from atc_py.compiler import input_shapes
+            run_generic(import_model(model, input_shapes(options, model), options.input_format))
         except AtcError as err:
             graph_result = {"result": "failed", "reason": err.render()}
     supported = sum(n["supported"] for n in nodes)

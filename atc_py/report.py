@@ -17,6 +17,7 @@ from codegen.om_builder import build_partitions, compute_dtype
 from codegen.registry import kernel_of
 from fusion_passes.base import FusionResult
 from fusion_passes.switches import parse_env_flags
+from ge.dynamic import scenarios, shapes_at, specialize
 from ge.files import Outputs
 from om_format.container import build_om
 from ge.ir import Graph
@@ -41,6 +42,7 @@ class FusionReport:
     launches_after: int = 0                               # with super kernels, if any
     precision_overrides: list = field(default_factory=list)  # kernels whose dtype/impl a flag changed
     canonical: dict = field(default_factory=dict)         # canonicalization: rewrite name -> changes
+    dynamic: dict = field(default_factory=dict)           # dynamic shapes: what the figures were priced at
 
     @property
     def overall_speedup(self) -> float:
@@ -71,12 +73,15 @@ def build_report(result, soc_version: str, precision_mode: str, super_kernel_sco
     default = lambda node: compute_dtype(node, precision_mode)  # noqa: E731
     dtype_of = result.plan.dtype_of if result.plan is not None else default
     unfused_dtype_of = result.unfused_plan.dtype_of if result.unfused_plan is not None else default
-    before = node_costs(result.unfused, chip, unfused_dtype_of)
-    after = node_costs(result.graph, chip, dtype_of)
-    launched = [n for n in result.graph.nodes if not kernel_of(n.op_type).no_task]
+    graph, unfused = result.graph, result.unfused
+    if graph.is_dynamic:          # priced at one set of sizes (the ranges' maxima or --input_hint_shape)
+        graph, unfused = specialize(graph, result.priced_at), specialize(unfused, result.priced_at)
+    before = node_costs(unfused, chip, unfused_dtype_of)
+    after = node_costs(graph, chip, dtype_of)
+    launched = [n for n in graph.nodes if not kernel_of(n.op_type).no_task]
     groups = super_kernel.plan(launched, super_kernel_scope)
-    stream = price_tasks(result.graph, chip, dtype_of,
-                         {name: i for i, group in enumerate(groups) for name in group})
+    group_of = {name: i for i, group in enumerate(groups) for name in group}
+    stream = price_tasks(graph, chip, dtype_of, group_of)
     patterns = []
     for outcome in fusion_outcomes(result):
         if outcome.match_times == 0 and not outcome.effect_times:
@@ -95,10 +100,30 @@ def build_report(result, soc_version: str, precision_mode: str, super_kernel_sco
         })
     misses = [m for outcome in fusion_outcomes(result) for m in outcome.misses]
     overrides = result.plan.overrides(result.graph) if result.plan is not None else []
+    dynamic = {}
+    if result.graph.is_dynamic:
+        dynamic = dynamic_summary(result, chip, dtype_of, group_of)
     return FusionReport(patterns, len(result.unfused.nodes), len(result.graph.nodes),
                         _kernels(result.unfused), _kernels(result.graph),
                         sum(c.total_us for c in before.values()), stream.total_us,
-                        misses, groups, stream.launches, overrides, canonical_changes(result))
+                        misses, groups, stream.launches, overrides, canonical_changes(result), dynamic)
+
+
+def dynamic_summary(result, chip, dtype_of, group_of) -> dict:
+    """What a dynamic-shape report adds: the symbols and their ranges, the sizes the figures
+    were priced at, how many matches each pattern checked on symbolic dims, and the
+    simulated time of the fused graph at each scenario (ge.dynamic.scenarios: the ranges'
+    ends; a decoder's prefill and one decode step)."""
+    graph = result.graph
+    symbols = {name: [s.lo, s.hi if s.hi is not None else -1, s.origin] for name, s in sorted(graph.symbols.items())}
+    symbolic = {o.pattern_name: o.symbolic_matches for o in fusion_outcomes(result) if o.symbolic_matches}
+    times = []
+    for label, values in scenarios(graph, result.priced_at):
+        static = specialize(graph, values)
+        times.append({"scenario": label, "inputs": {k: list(v) for k, v in shapes_at(graph, values).items()},
+                      "time_us": price_tasks(static, chip, dtype_of, group_of).total_us})
+    return {"symbols": symbols, "priced_at": {k: list(v) for k, v in shapes_at(graph, result.priced_at).items()},
+            "symbolic_matches": symbolic, "scenarios": times}
 
 
 def report_lines(report: FusionReport) -> list:
@@ -126,6 +151,23 @@ def report_lines(report: FusionReport) -> list:
         lines.append(f"Super kernels formed: {len(report.super_kernels)} (covering {covered} kernels)")
         lines.append(f"Kernel launches with super kernels: {report.launches_after}")
     lines.append(f"Overall speedup: {report.overall_speedup:.2f}x")
+    if report.dynamic:
+        lines.extend(dynamic_lines(report.dynamic))
+    return lines
+
+
+def dynamic_lines(dynamic: dict) -> list:
+    """The dynamic-shape section of the report (absent for static models)."""
+    lines = ["", "Dynamic shapes: " + ", ".join(f"{name} in [{lo}, {'inf' if hi == -1 else hi}]"
+                                                 + (" (from kernel outputs)" if origin == "data" else "")
+                                                 for name, (lo, hi, origin) in dynamic["symbols"].items())]
+    lines.append("Priced at: " + "; ".join(f"{name} {shape}" for name, shape in dynamic["priced_at"].items()))
+    checked = dynamic["symbolic_matches"]
+    lines.append("Patterns checked on symbolic dims: " + (", ".join(f"{p} {n}" for p, n in checked.items())
+                                                          if checked else "none"))
+    for row in dynamic["scenarios"]:
+        shapes = "; ".join(f"{name} {shape}" for name, shape in row["inputs"].items())
+        lines.append(f"Simulated time ({row['scenario']}): {row['time_us']:.1f} us  [{shapes}]")
     return lines
 
 

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from codegen import super_kernel
+from codegen import dynamic_om, super_kernel
 from codegen.registry import kernel_of
 from ge.ops.common import FLOAT_TYPES
 from ge.ops.registry import OpKind
@@ -54,6 +54,7 @@ class OmPartitions:
     weights: bytes
     tasks: ModelTaskDef
     kernel_count: int
+    dynamic: bool = False          # some tensor size is known only at run time (header is_unknow_model)
 
     def as_dict(self) -> dict:
         return {PartitionType.MODEL_DEF: self.model_def.SerializeToString(deterministic=True),
@@ -67,12 +68,13 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
     """`dtype_of` gives each kernel's compute dtype (default: the rule of `precision_mode`;
     atc passes the per-kernel plan of atc_py.precision)."""
     dtype_of = dtype_of or (lambda node: compute_dtype(node, precision_mode))
-    model = new_model_def(model_name, soc_version, precision_mode, extra_attrs)
+    model = new_model_def(model_name, soc_version, precision_mode, {**(extra_attrs or {}),
+                                                                    **dynamic_om.symbol_table(graph)})
     weights = WeightsBuilder()
     tasks = ModelTaskDef(version="atc_py-1", soc_version=soc_version, precision_mode=precision_mode)
     lower_graph(graph, model.graph.add(name=graph.name), weights, tasks, dtype_of, super_kernel_scope)
     tasks.weight_size = len(weights.bytes())
-    return OmPartitions(model, weights.bytes(), tasks, len(tasks.task))
+    return OmPartitions(model, weights.bytes(), tasks, len(tasks.task), dynamic=graph.is_dynamic)
 
 
 def new_model_def(model_name: str, soc_version: str, precision_mode: str, extra_attrs: Optional[dict]) -> ModelDef:
@@ -101,6 +103,7 @@ def lower_graph(graph: Graph, g, weights: WeightsBuilder, tasks: ModelTaskDef,
     its kernels to `tasks`; returns {id(value): "opName:index"} of the values it defined."""
     how = how or Lowering()
     suffix, common = how.suffix, dict(how.op_attrs or {})
+    tensor_desc = dynamic_om.tensor_desc     # GE's -1 dims and shape_range for symbolic shapes
     graph.topological_sort()
     launched = [n for n in graph.nodes if not kernel_of(n.op_type).no_task]
     super_kernel_of = {name: f"sk_{i}{suffix}" for i, group in enumerate(super_kernel.plan(launched, super_kernel_scope))
@@ -111,9 +114,9 @@ def lower_graph(graph: Graph, g, weights: WeightsBuilder, tasks: ModelTaskDef,
         op = g.op.add(name=value.name + suffix, type="Data", id=len(g.op))
         data_attrs = {"index": index, **common, **(how.data_attrs(index, value) if how.data_attrs else {})}
         om_attrs.set_attrs(op.attr, data_attrs)
-        op.input_desc.add().CopyFrom(om_attrs.tensor_desc(value.name, value.desc.dtype, value.desc.shape,
+        op.input_desc.add().CopyFrom(tensor_desc(value.name, value.desc.dtype, value.desc.shape,
                                                           value.desc.format))
-        op.output_desc.add().CopyFrom(om_attrs.tensor_desc(value.name, value.desc.dtype, value.desc.shape,
+        op.output_desc.add().CopyFrom(tensor_desc(value.name, value.desc.dtype, value.desc.shape,
                                                            value.desc.format))
         refs[id(value)] = f"{value.name}{suffix}:0"
         g.input.append(value.name + suffix)
@@ -142,9 +145,9 @@ def lower_graph(graph: Graph, g, weights: WeightsBuilder, tasks: ModelTaskDef,
         op = g.op.add(name=name, type=kernel.om_type, id=len(g.op))
         op.input.extend(in_refs)
         for _, v in inputs:
-            op.input_desc.add().CopyFrom(om_attrs.tensor_desc(v.name, v.desc.dtype, v.desc.shape, v.desc.format))
+            op.input_desc.add().CopyFrom(tensor_desc(v.name, v.desc.dtype, v.desc.shape, v.desc.format))
         for i, v in enumerate(node.outputs):
-            op.output_desc.add().CopyFrom(om_attrs.tensor_desc(v.name, v.desc.dtype, v.desc.shape, v.desc.format))
+            op.output_desc.add().CopyFrom(tensor_desc(v.name, v.desc.dtype, v.desc.shape, v.desc.format))
             refs[id(v)] = f"{name}:{i}"
         dtype = dtype_of(node)
         attrs = dict(node.attrs)
@@ -158,7 +161,7 @@ def lower_graph(graph: Graph, g, weights: WeightsBuilder, tasks: ModelTaskDef,
         if node.name in super_kernel_of:
             attrs["_super_kernel"] = super_kernel_of[node.name]
         attrs.update(common)
-        om_attrs.set_attrs(op.attr, attrs)
+        om_attrs.set_attrs(op.attr, dynamic_om.split_attrs(attrs, node.name) if graph.symbols else attrs)
         if not kernel.no_task:
             task = tasks.task.add(id=len(tasks.task), type=0, stream_id=0, op_name=name,
                                   op_type=kernel.om_type, kernel_type=_kernel_type(kernel.op.kind),
@@ -176,7 +179,7 @@ def lower_graph(graph: Graph, g, weights: WeightsBuilder, tasks: ModelTaskDef,
     for i, value in enumerate(graph.outputs):
         net.input.append(const_ref(value) if value.is_const else refs[id(value)])
         desc = net.input_desc.add()
-        desc.CopyFrom(om_attrs.tensor_desc(value.name, value.desc.dtype, value.desc.shape, value.desc.format))
+        desc.CopyFrom(tensor_desc(value.name, value.desc.dtype, value.desc.shape, value.desc.format))
         if how.output_attrs:
             om_attrs.set_attrs(desc.attr, how.output_attrs(i, value))
     om_attrs.set_attrs(net.attr, {"_output_names": [v.name for v in graph.outputs], **common})

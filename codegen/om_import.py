@@ -16,6 +16,7 @@ from typing import Optional
 
 import numpy as np
 
+from codegen import dynamic_om
 from codegen.registry import kernel_by_om_type
 from ge.errors import AtcError, InternalError, om_format_error
 from ge.ir import Graph, Node, TensorDesc, Value
@@ -71,15 +72,17 @@ class LoadedOm:
     gears: Optional[object] = None   # codegen.gear_import.Gears of a gear model (graph = its gear 0)
 
 
-def _desc(td) -> TensorDesc:
+def _desc(td, symbols: Optional[dict] = None) -> TensorDesc:
     try:
         dtype = om_attrs.from_ge_dtype(td.dtype)
     except OmFormatError as exc:
         raise _bad(f"Tensor [{td.name}] has an unknown data type {td.dtype}.") from exc
     dims = tuple(int(d) for d in td.shape.dim)
     if any(d < 0 for d in dims):
-        raise _bad(f"Tensor [{td.name}] has a negative dim {list(dims)}.")
-    if too_large(dims, dtype):
+        if not symbols:
+            raise _bad(f"Tensor [{td.name}] has a negative dim {list(dims)}.")
+        dims = dynamic_om.read_shape(td, dims, symbols)
+    if too_large([d for d in dims if isinstance(d, int)], dtype):
         raise _bad(f"Tensor [{td.name}] of shape {list(dims)} would take more than {MAX_TENSOR_BYTES} bytes.")
     return TensorDesc(dtype, dims, td.layout or "ND")
 
@@ -117,9 +120,11 @@ def _compute_dtype(node: Node, recorded) -> np.dtype:
     return dtype
 
 
-def _check_types(node: Node, op: OpDef) -> None:
+def _check_types(node: Node, op: OpDef, graph: Graph) -> None:
     """Re-run the registry's shape rule: the recorded attributes and input types must give
-    exactly the recorded output types, else a kernel would fail (or lie) at run time."""
+    exactly the recorded output types, else a kernel would fail (or lie) at run time.  In a
+    dynamic model, a dim the rule leaves to the run (a fresh symbol) matches any recorded dim
+    whose symbols a kernel's output tells: the executor checks those when it runs."""
     if not node.outputs:
         raise _bad(f"Op [{node.name}] ({node.op_type}) has no output_desc.")
     types = [None if v is None else TensorType(np.dtype(v.desc.dtype), tuple(v.desc.shape)) for v in node.inputs]
@@ -127,6 +132,8 @@ def _check_types(node: Node, op: OpDef) -> None:
     try:
         if op.infer_values is not None and values_known:   # a value-dependent op kept as a kernel
             inferred = op.infer_values([None if v is None else v.const for v in node.inputs], node.attrs)
+        elif graph.is_dynamic:
+            inferred = _dynamic_types(node, op, types, graph)
         else:
             inferred = op.infer(types, node.attrs)
     except Exception as exc:   # AtcError or whatever a rule raises on attributes it never expected
@@ -137,10 +144,43 @@ def _check_types(node: Node, op: OpDef) -> None:
         raise _bad(f"Op [{node.name}] ({node.op_type}) records {len(node.outputs)} outputs, "
                    f"the kernel produces {len(inferred)}.")
     for value, ttype in zip(node.outputs, inferred):
+        if graph.is_dynamic:
+            ttype = TensorType(ttype.dtype, _recorded_where_open(tuple(ttype.shape), tuple(value.desc.shape), graph))
         if np.dtype(ttype.dtype) != np.dtype(value.desc.dtype) or tuple(ttype.shape) != tuple(value.desc.shape):
             raise _bad(f"Op [{node.name}] ({node.op_type}) records output [{value.name}] as "
                        f"{np.dtype(value.desc.dtype)} {list(value.desc.shape)}, but its inputs and "
                        f"attributes give {np.dtype(ttype.dtype)} {list(ttype.shape)}.")
+
+
+_OPEN = "_open_"     # prefix of the placeholder symbols a rule makes for dims left to the run
+
+
+def _dynamic_types(node: Node, op: OpDef, types: list, graph: Graph) -> list:
+    from ge.ops import runtime_shapes, symbolic_infer
+    from ge.symbolic import Symbol, Dim
+    counter = iter(range(1 << 30))
+
+    def fresh(lo=0, hi=None):
+        return Dim.of_atom(Symbol(f"{_OPEN}{next(counter)}", lo, hi, "data"))
+
+    runtime = {i for i, _ in op.config_inputs if i < len(node.inputs) and node.inputs[i] is not None}
+    if runtime or node.op_type in runtime_shapes.VALUE_DEPENDENT:
+        special = runtime_shapes.output_types(node.op_type, types, node.attrs, runtime, len(node.outputs),
+                                              [None] * len(node.inputs), fresh)
+        if special is not None:
+            return special
+    return symbolic_infer.infer(op, types, node.attrs, fresh)
+
+
+def _recorded_where_open(inferred: tuple, recorded: tuple, graph: Graph) -> tuple:
+    """The inferred shape with each dim the rule left open (it depends on values a kernel
+    computes) replaced by the recorded one: the compiler knew more (what the values were
+    symbolically), and the executor checks every such dim against the real output."""
+    from ge.symbolic import Dim, free_symbols
+    if len(inferred) != len(recorded):
+        return inferred
+    return tuple(kept if isinstance(got, Dim) and any(n.startswith(_OPEN) for n in free_symbols(got)) else got
+                 for got, kept in zip(inferred, recorded))
 
 
 def load_om_graph(path, param: str = "--model") -> LoadedOm:
@@ -158,7 +198,7 @@ def _build_graph(opened: OpenedOm) -> LoadedOm:
         raise _bad(f"Expected one graph in the model, found {len(model.graph)}.")
     weights = om.partitions.get(PartitionType.WEIGHTS_DATA, b"")
     model_attrs = om_attrs.get_attrs(model.attr)
-    graph, compute_dtypes = graph_from_def(model.graph[0], weights)
+    graph, compute_dtypes = graph_from_def(model.graph[0], weights, symbols=dynamic_om.read_symbols(model_attrs))
     task_def = opened.task_def
     tasks = [t.op_name for t in task_def.task] if task_def is not None else []
     known = {n.name for n in graph.nodes}
@@ -168,10 +208,13 @@ def _build_graph(opened: OpenedOm) -> LoadedOm:
                     str(model_attrs.get("precision_mode", "")))
 
 
-def graph_from_def(g, weights: bytes, input_name=lambda op: op.name) -> tuple:
+def graph_from_def(g, weights: bytes, input_name=lambda op: op.name, symbols: Optional[dict] = None) -> tuple:
     """(IR graph, {node name: compute dtype}) of one GraphDef; `input_name` names the graph
-    input of each Data op (a gear subgraph's Data ops carry a suffix its inputs do not)."""
+    input of each Data op (a gear subgraph's Data ops carry a suffix its inputs do not);
+    `symbols` are the model's dynamic-dim symbols (codegen/dynamic_om.py)."""
     graph = Graph(g.name or "graph")
+    symbols = symbols or {}
+    graph.symbols = dict(symbols)
     outputs: dict = {}       # "op:index" -> Value
     compute_dtypes: dict = {}
 
@@ -185,7 +228,7 @@ def graph_from_def(g, weights: bytes, input_name=lambda op: op.name) -> tuple:
         if op.type == "Data":
             if len(op.output_desc) != 1:
                 raise _bad(f"Data op [{op.name}] must have one output_desc.")
-            value = Value(input_name(op), _desc(op.output_desc[0]))
+            value = Value(input_name(op), _desc(op.output_desc[0], symbols))
             value.graph = graph
             graph.inputs.append(value)
             outputs[f"{op.name}:0"] = value
@@ -203,6 +246,8 @@ def graph_from_def(g, weights: bytes, input_name=lambda op: op.name) -> tuple:
             if kernel is None:
                 raise _bad(f"Op [{op.name}] has type [{op.type}], which this simulator does not know.")
             attrs = om_attrs.get_attrs(op.attr, weights)
+            if symbols:
+                attrs = dynamic_om.join_attrs(attrs, symbols, op.name)
             slots = attrs.get("_input_slots")
             inputs = [lookup(ref, op.name) for ref in op.input]
             if slots:
@@ -215,7 +260,7 @@ def graph_from_def(g, weights: bytes, input_name=lambda op: op.name) -> tuple:
                 for position, value in zip(positions, inputs):
                     placed[position] = value
                 inputs = placed
-            out_values = [Value(td.name or f"{op.name}:{i}", _desc(td)) for i, td in enumerate(op.output_desc)]
+            out_values = [Value(td.name or f"{op.name}:{i}", _desc(td, symbols)) for i, td in enumerate(op.output_desc)]
             provenance = {"origin": _names(attrs, "original_op_names", op.name) or [op.name]}
             for key, field in (("_fusion_pass", "pass"), ("_super_kernel", "super_kernel")):
                 if _text(attrs, key, op.name):
@@ -224,7 +269,7 @@ def graph_from_def(g, weights: bytes, input_name=lambda op: op.name) -> tuple:
             node = Node(kernel.op_type, inputs, out_values, node_attrs, name=op.name, provenance=provenance)
             graph.add_node(node)
             compute_dtypes[op.name] = _compute_dtype(node, attrs.get("_compute_dtype"))
-            _check_types(node, kernel.op)
+            _check_types(node, kernel.op, graph)
             for i, value in enumerate(out_values):
                 outputs[f"{op.name}:{i}"] = value
     if net_output is None:

@@ -25,6 +25,7 @@ graph before its rewrite anyway.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -33,8 +34,11 @@ import numpy as np
 from codegen.registry import kernel_of
 from fusion_passes import reasons
 from fusion_passes.base import MISS_NODES_CAP, Miss, describe
+from ge.errors import InvalidNode
 from ge.ir import Graph, Node
+from ge.ops.common import broadcast_shape
 from ge.ops.registry import OpKind
+from ge.symbolic import Dim, SymbolicDimError
 
 POINTWISE, REDUCE, VIEW, TAIL = "pointwise", "reduce", "view", "tail"
 CATEGORIES = (POINTWISE, REDUCE, VIEW, TAIL)
@@ -70,18 +74,21 @@ def launches(node: Node) -> bool:
     return not kernel_of(node.op_type).no_task
 
 
-def _size(shape) -> int:
+def _size(shape):
+    """Element count (a symbolic one for dynamic dims)."""
+    if any(isinstance(d, Dim) for d in shape):
+        return math.prod(shape)
     return int(np.prod(shape, dtype=np.int64))
 
 
 def _fits(shape: tuple, space: tuple) -> bool:
     """A tensor fits an iteration space if it broadcasts into it, or is a view of it (same
-    element count, e.g. across a Reshape)."""
+    element count, e.g. across a Reshape).  Symbolic dims must provably fit."""
     if _size(shape) == _size(space):
         return True
     try:
-        return tuple(np.broadcast_shapes(tuple(shape), tuple(space))) == tuple(space)
-    except ValueError:
+        return tuple(broadcast_shape(tuple(shape), tuple(space))) == tuple(space)
+    except InvalidNode:
         return False
 
 
@@ -173,7 +180,10 @@ def _check(p: Group, g: Group, consumer: Node, categories: set, max_size: int) -
         return (reasons.EXCEED_MAX_FUSION_SIZE, f"the merged group would have {size} ops, more than "
                 f"--max_fusion_size={max_size}")
     merged = Group(p.members + g.members, anchor, reduce)
-    space = merged.space()
+    try:
+        space = merged.space()
+    except SymbolicDimError as exc:
+        return (reasons.DYNAMIC_DIM, f"the merged group's iteration space depends on dynamic dims: {exc}")
     for node in merged.members:
         if node is reduce:
             continue

@@ -29,6 +29,7 @@ from fusion_passes.switches import FusionSwitches
 from ge.errors import InternalError
 from ge.ir import Graph, Node, Value
 from ge.passes.contract import CANONICAL, TYPED, GraphPass, PassResult
+from ge.symbolic import SymbolicDimError
 
 MISS_NODES_CAP = 16        # a Miss lists at most this many op names
 
@@ -88,6 +89,7 @@ class FusionResult(PassResult):
     misses: list = field(default_factory=list)
     fused_nodes: list = field(default_factory=list)    # names of the nodes it created
     fused_types: dict = field(default_factory=dict)    # fused op type -> count
+    symbolic_matches: int = 0     # matches checked on symbolic (dynamic) dims, rewritten or not
 
     @property
     def effect_times(self) -> int:
@@ -105,8 +107,10 @@ def describe(values: Iterable[Optional[Value]]) -> dict:
     out = {}
     for value in values:
         if value is not None:
-            out[value.name] = {"shape": list(value.desc.shape or []),
+            out[value.name] = {"shape": [d if isinstance(d, int) else str(d) for d in (value.desc.shape or [])],
                                "dtype": str(np.dtype(value.desc.dtype)) if value.desc.dtype is not None else "?"}
+            if value.desc.is_dynamic():
+                out[value.name]["dynamic"] = True
     return out
 
 
@@ -144,6 +148,9 @@ class FusionPass(GraphPass):
             except Reject as err:
                 found = self.miss(err.code, anchor, [anchor] + [n for n in err.nodes if n is not anchor],
                                   err.constraint, err.values)
+            except SymbolicDimError as exc:    # a check the dynamic dims' ranges do not decide
+                found = self.miss(reasons.DYNAMIC_DIM, anchor, [anchor], f"a check depends on a dynamic dim: {exc}",
+                                  list(anchor.inputs) + list(anchor.outputs))
             if isinstance(found, Match):
                 found.anchor_node = anchor
             if found is not None:
@@ -159,6 +166,8 @@ class FusionPass(GraphPass):
             result.disabled_by = "--fusion_switch_file"
         for found in self.candidates(graph, result):
             result.match_times += 1
+            if _on_dynamic_dims(found, graph):
+                result.symbolic_matches += 1
             if isinstance(found, Miss):
                 result.misses.append(found)
                 continue
@@ -172,7 +181,13 @@ class FusionPass(GraphPass):
             if refusal is not None:
                 result.misses.append(refusal)
                 continue
-            result.record_effect(self.rewrite(graph, found))
+            try:
+                fused = self.rewrite(graph, found)
+            except SymbolicDimError as exc:    # raised before the rewrite touched the graph
+                result.misses.append(self._refuse(reasons.DYNAMIC_DIM, found, "the fused kernel needs a size "
+                                                  f"known only at run time: {exc}", found.outputs))
+                continue
+            result.record_effect(fused)
         return result
 
     def refusal(self, match: Match) -> Optional["Miss"]:
@@ -200,6 +215,15 @@ class FusionPass(GraphPass):
              values: Iterable[Optional[Value]] = ()) -> "Miss":
         return Miss(code, self.pass_name, anchor.name, [(n.name, n.op_type) for n in nodes][:MISS_NODES_CAP],
                     constraint, describe(values))
+
+
+def _on_dynamic_dims(found, graph: Graph) -> bool:
+    """Whether a candidate touches a tensor with a symbolic dim (its checks ran on symbols)."""
+    if not graph.is_dynamic:
+        return False
+    if isinstance(found, Miss):
+        return any(t.get("dynamic") for t in found.tensors.values())
+    return any(v is not None and v.desc.is_dynamic() for n in found.nodes for v in list(n.inputs) + n.outputs)
 
 
 def escaping_values(nodes: Sequence[Node], outputs: Sequence[Value]) -> list:

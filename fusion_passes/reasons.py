@@ -19,6 +19,7 @@ NAMES = {
     "NF2005": "DtypeMismatch",
     "NF2006": "UnsupportedVariant",
     "NF2007": "DisabledBySwitch",
+    "NF2008": "DependsOnDynamicDim",
     "NF9999": "Unknown",
 }
 
@@ -39,4 +40,5 @@ SHAPE_MISMATCH = "NF2004"
 DTYPE_MISMATCH = "NF2005"
 UNSUPPORTED_VARIANT = "NF2006"
 DISABLED_BY_SWITCH = "NF2007"
+DYNAMIC_DIM = "NF2008"
 UNKNOWN = "NF9999"

@@ -11,14 +11,16 @@ producer; the .om writer turns each into a `Const` op backed by the weights part
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
 from ge.errors import AtcError, InternalError
+from ge.symbolic import Dim, Symbol
 
-Shape = tuple  # a tuple of ints once shapes are fixed; str entries mark symbolic dims
+Shape = tuple  # a tuple of dims: ints, or ge.symbolic.Dim for sizes known only at run time
 
 
 @dataclass
@@ -32,9 +34,22 @@ class TensorDesc:
     def is_static(self) -> bool:
         return self.shape is not None and all(isinstance(d, int) and d >= 0 for d in self.shape)
 
+    def is_dynamic(self) -> bool:
+        """Some dim is a symbolic expression (known only at run time)."""
+        return self.shape is not None and any(isinstance(d, Dim) for d in self.shape)
+
+    def has_shape(self) -> bool:
+        """A known rank, every dim a non-negative int or a symbolic dim."""
+        return self.shape is not None and all(isinstance(d, Dim) or (isinstance(d, int) and d >= 0)
+                                              for d in self.shape)
+
     @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape is not None else 0
+    def size(self):
+        if self.shape is None:
+            return 0
+        if self.is_dynamic():
+            return math.prod(self.shape)      # a symbolic element count
+        return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def nbytes(self) -> int:
@@ -180,6 +195,7 @@ class Graph:
         self._outputs = ValueList()
         self.opset: int = 0
         self.properties: set[str] = set()   # what passes have established (ge.passes.contract)
+        self.symbols: dict[str, Symbol] = {}   # the symbols dynamic dims are written in (ge.symbolic)
         self._names: set[str] = set()
         self._counter = itertools.count()
 
@@ -259,6 +275,7 @@ class Graph:
         other = self._copy(self.name, self.nodes, self.inputs, self.outputs)
         other.opset = self.opset
         other.properties = set(self.properties)
+        other.symbols = dict(self.symbols)
         other._names = set(self._names)
         return other
 
@@ -281,6 +298,7 @@ class Graph:
         other = self._copy(name, members, inputs, outputs)
         other.opset = self.opset
         other.properties = set(self.properties)
+        other.symbols = dict(self.symbols)
         return other
 
     @staticmethod
@@ -322,6 +340,22 @@ class Graph:
                     seen.add(id(value))
                     yield value
 
+    @property
+    def is_dynamic(self) -> bool:
+        """Some tensor size is known only at run time (the .om is an unknown-shape model)."""
+        return bool(self.symbols)
+
+    def new_symbol(self, base: str, lo: int = 0, hi: Optional[int] = None, origin: str = "data") -> Dim:
+        """A fresh symbol for a size that only a kernel's output tells (`origin` "data") or a
+        model input's dynamic dim ("input"); the name is `base`, made unique."""
+        name, n = base, 0
+        while name in self.symbols:
+            n += 1
+            name = f"{base}_{n}"
+        atom = Symbol(name, lo, hi, origin)
+        self.symbols[name] = atom
+        return Dim.of_atom(atom)
+
     def find_node(self, name: str) -> Optional[Node]:
         return next((n for n in self.nodes if n.name == name), None)
 
@@ -359,9 +393,13 @@ class Graph:
                            "Check the model: an ONNX graph must be acyclic.")
         self.nodes = order
 
-    def verify(self, require_types: bool = True) -> None:
+    def verify(self, require_types: bool = True, require_static: Optional[bool] = None) -> None:
         """Check the invariants every pass must keep; raise InternalError (E19999) on a broken one
-        (not `assert`: the check must hold under `python -O` too)."""
+        (not `assert`: the check must hold under `python -O` too).  With `require_types`, every
+        value has a dtype and a shape; static (every dim an int) unless `require_static` is
+        False -- by default, unless the graph has symbols (a dynamic-shape graph)."""
+        if require_static is None:
+            require_static = not self.symbols
         in_graph = {id(n) for n in self.nodes}
         defined = {id(v) for v in self.inputs}
         names: set[str] = set()
@@ -400,8 +438,10 @@ class Graph:
             for value in self.values():
                 if value.desc.dtype is None:
                     _broken(f"{value.name} has no dtype")
-                if not value.desc.is_static():
+                if require_static and not value.desc.is_static():
                     _broken(f"{value.name} has no static shape: {value.desc.shape}")
+                if not value.desc.has_shape():
+                    _broken(f"{value.name} has no shape: {value.desc.shape}")
 
 
 def _broken(message: str) -> None:

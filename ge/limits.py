@@ -45,6 +45,18 @@ def tensor_bytes(shape, dtype) -> int:
     return math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
 
 
+def max_tensor_bytes(shape, dtype) -> Optional[int]:
+    """The largest byte size a tensor of `shape` can have: exact for a static shape, at the
+    ranges' maxima for symbolic dims (ge.symbolic), None when a dim is unbounded."""
+    from ge.symbolic import Dim, upper_bound
+    if not any(isinstance(d, Dim) for d in shape):
+        return tensor_bytes(shape, dtype)
+    his = [upper_bound(d) if isinstance(d, Dim) else int(d) for d in shape]
+    if any(h is None for h in his):
+        return None
+    return math.prod(max(h, 0) for h in his) * np.dtype(dtype).itemsize
+
+
 def too_large(shape, dtype) -> bool:
     """More bytes than an int64 can count -- also for an empty tensor whose other dims do:
     numpy refuses to build (0, 2**40, 2**40) too."""

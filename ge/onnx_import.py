@@ -12,7 +12,7 @@ import math
 import os
 import re
 from collections import Counter
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import onnx
@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 
 from ge.errors import AtcError
 from ge.ir import Graph, Node, TensorDesc, Value
+from ge.symbolic import Dim, is_symbol_name
 from ge.ops.registry import all_ops, get_op
 from ge.limits import HOST_COPIES, MAX_TENSOR_BYTES, current_budget, too_large
 from om_format.attrs import to_ge_dtype
@@ -254,8 +255,20 @@ def _value_desc(value_info: onnx.ValueInfoProto) -> TensorDesc:
     return TensorDesc(dtype, shape, "ND")
 
 
-def parse_input_shape(text: str) -> dict[str, list[int]]:
-    """`--input_shape "name1:1,3,224,224;name2:1,128"` -> {name: dims}."""
+class DimRange(NamedTuple):
+    """A dim known only at run time, between lo and hi (hi None: unbounded)."""
+
+    lo: int
+    hi: Optional[int]
+
+
+DYNAMIC_DIM = DimRange(0, None)   # what -1 means without gears: GE's range [0, -1]
+
+
+def parse_input_shape(text: str) -> dict[str, list]:
+    """`--input_shape "name1:1,3,224,224;name2:1,128"` -> {name: dims}.  A dim is an int,
+    -1 (dynamic: a gear flag's, or any size at run time) or `lo~hi` (a DimRange, as GE takes
+    it since --input_shape_range was folded into --input_shape)."""
     shapes: dict[str, list[int]] = {}
     for item in filter(None, (part.strip() for part in text.split(";"))):
         name, sep, dims = item.rpartition(":")
@@ -264,12 +277,13 @@ def parse_input_shape(text: str) -> dict[str, list[int]]:
                            f"[{item}] is not of the form name:d1,d2,...",
                            'Use --input_shape="input_name1:n1,c1,h1,w1;input_name2:n2,c2,h2,w2".')
         try:
-            parsed = [_dim(d) for d in dims.split(",")] if dims.strip() else []
+            parsed = [_range_dim(d, text, "--input_shape") if "~" in d else _dim(d)
+                      for d in dims.split(",")] if dims.strip() else []
         except ValueError:
             raise AtcError("E10002", f"Value [{text}] for parameter [--input_shape] is invalid. Reason: "
                            f"dims [{dims}] of input [{name}] are not integers.",
                            'Use --input_shape="input_name1:n1,c1,h1,w1".')
-        if any(d < -1 or d == 0 for d in parsed):
+        if any(not isinstance(d, DimRange) and (d < -1 or d == 0) for d in parsed):
             raise AtcError("E10011", f"Value [{text}] for parameter [--input_shape] is invalid. Reason: "
                            f"input [{name}] has a dim that is 0 or below -1.",
                            "Each dim must be a positive integer (-1 marks a dynamic dim).")
@@ -286,6 +300,78 @@ def _dim(text: str) -> int:
     if not re.fullmatch(r"-?[0-9]{1,19}", text):
         raise ValueError(text)
     return int(text)
+
+
+_RANGE_SAMPLE = '"input_name1:[1~20,3,3~6,-1];input_name2:[1~20,3,3~6,-1]"'
+
+
+def _range_error(text: str, param: str, reason: str) -> AtcError:
+    """E10048, GE's code for a shape range it cannot parse."""
+    return AtcError("E10048", f"Value [{text}] for parameter [{param}] is invalid. Reason: {reason}",
+                    f"Use the form {_RANGE_SAMPLE} (lo~hi, a fixed n, or -1 for any size).")
+
+
+def _range_dim(text: str, whole: str, param: str) -> DimRange:
+    """`lo~hi` (both non-negative, lo <= hi) as GE's ParseShapeRangePair takes it."""
+    lo, sep, hi = text.strip().partition("~")
+    try:
+        lo, hi = _dim(lo), _dim(hi)
+    except ValueError:
+        raise _range_error(whole, param, f"[{text.strip()}] is not of the form lo~hi with integers.") from None
+    if lo < 0 or hi < 0 or lo > hi:
+        raise _range_error(whole, param, f"range [{text.strip()}] must have 0 <= lo <= hi.")
+    return DimRange(lo, hi)
+
+
+def _range_entry(text: str, whole: str, param: str):
+    """One dim of --input_shape_range: n (fixed), -1 (any size) or lo~hi."""
+    text = text.strip()
+    if "~" in text:
+        return _range_dim(text, whole, param)
+    try:
+        value = _dim(text)
+    except ValueError:
+        raise _range_error(whole, param, f"[{text}] is not an integer.") from None
+    if value < -1:
+        raise _range_error(whole, param, f"[{text}] is below -1.")
+    return DYNAMIC_DIM if value == -1 else value
+
+
+def parse_input_shape_range(text: str, input_names: list) -> dict[str, list]:
+    """`--input_shape_range` (deprecated by GE in favour of ranges in --input_shape):
+    "name:[1~20,3,3~6,-1];name2:[...]" or by input index "[1~20,3],[4,-1]".  Brackets
+    around single dims ("x:[1~8],3,[224~448],[224~448]") are taken too."""
+    param = "--input_shape_range"
+    text = text.strip()
+    shapes: dict = {}
+    if ":" not in text:                       # by index: [..],[..]
+        groups = re.findall(r"\[([^\[\]]*)\]", text)
+        if not groups or re.sub(r"\[[^\[\]]*\]", "", text).replace(",", "").strip():
+            raise _range_error(text, param, "it is neither name:[dims] items nor [dims] groups.")
+        if len(groups) > len(input_names):
+            raise _range_error(text, param, f"it gives {len(groups)} shapes for {len(input_names)} inputs.")
+        for name, group in zip(input_names, groups):
+            shapes[name] = [_range_entry(d, text, param) for d in group.split(",")] if group.strip() else []
+        return shapes
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        name, sep, dims = item.rpartition(":")
+        if not sep or not name.strip():
+            raise _range_error(text, param, f"[{item}] is not of the form name:[dims].")
+        dims = dims.strip()
+        if not re.fullmatch(r"(\[[^\[\]]*\]|[^\[\]])+", dims) or "[" not in dims:
+            raise _range_error(text, param, f"[{dims}] must be in square brackets.")
+        dims = dims.replace("[", "").replace("]", "")
+        name = name.strip()
+        if name in shapes:
+            raise _range_error(text, param, f"input [{name}] is given twice.")
+        shapes[name] = [_range_entry(d, text, param) for d in dims.split(",")] if dims.strip() else []
+    return shapes
+
+
+def input_names(model: onnx.ModelProto) -> list:
+    """The model's real inputs (not initializers listed as inputs), in order."""
+    inits = {t.name for t in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name not in inits]
 
 
 def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[int]]] = None,
@@ -465,6 +551,50 @@ def _check_schema(node: onnx.NodeProto, opset: int, index: int) -> None:
                            f"Fix the {node.op_type} node in the ONNX model or re-export it.")
 
 
+def parse_input_hint_shape(text: str) -> dict:
+    """`--input_hint_shape "0:[1,128];1:[1,128]"` (GE's ge.inputHintShape, by input index)
+    -> {index: dims}; E10014 as GE when malformed."""
+    hints: dict = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        index, sep, dims = item.partition(":")
+        dims = dims.strip()
+        ok = sep and index.strip().isdigit() and dims.startswith("[") and dims.endswith("]")
+        try:
+            values = [_dim(d) for d in dims[1:-1].split(",") if d.strip()] if ok else []
+        except ValueError:
+            ok = False
+        if not ok or any(v < 0 for v in values) or int(index) in hints:
+            raise AtcError("E10014", f"Value [{text}] for parameter [--input_hint_shape] is invalid: [{item}] is not "
+                           "of the form input_index:[n,c,h,w] with non-negative dims.",
+                           'Use --input_hint_shape="0:[1,3,224,224];1:[1,128]".')
+        hints[int(index)] = values
+    return hints
+
+
+def _symbol_name(value: Value, axis: int) -> str:
+    """The symbol of a dynamic dim: the model's dim_param when it names one (made an
+    identifier), else <input>_<axis>."""
+    old = value.desc.shape
+    param = old[axis] if old is not None and axis < len(old) and isinstance(old[axis], str) else ""
+    base = param if param and param != "?" else f"{value.name}_{axis}"
+    name = re.sub(r"\W", "_", base.strip(), flags=re.ASCII).strip("_") or f"dim_{axis}"
+    return ("d_" + name) if name[0].isdigit() or not is_symbol_name(name) else name
+
+
+def _dynamic_dim(graph: Graph, value: Value, axis: int, dim: DimRange) -> Dim:
+    """The symbol for a dim given as -1 or lo~hi: one per name, its range the intersection of
+    every range given for that name."""
+    name = _symbol_name(value, axis)
+    atom = graph.symbols.get(name)
+    if atom is None:
+        return graph.new_symbol(name, dim.lo, dim.hi, origin="input")
+    atom.lo = max(atom.lo, dim.lo)
+    atom.hi = dim.hi if atom.hi is None else atom.hi if dim.hi is None else min(atom.hi, dim.hi)
+    if atom.lo > (atom.hi if atom.hi is not None else atom.lo):
+        raise _range_error(f"{value.name}", "--input_shape", f"the ranges given for dim [{name}] do not overlap.")
+    return Dim.of_atom(atom)
+
+
 def _apply_input_shapes(graph: Graph, input_shapes: dict[str, list[int]]) -> None:
     by_name = {v.name: v for v in graph.inputs}
     for name, dims in input_shapes.items():
@@ -478,25 +608,25 @@ def _apply_input_shapes(graph: Graph, input_shapes: dict[str, list[int]]) -> Non
             raise AtcError("E10011", f"Value [{name}:{','.join(map(str, dims))}] for parameter "
                            f"[--input_shape] is invalid. Reason: the model's input has rank {len(old)} "
                            f"(shape {list(old)}), not {len(dims)}.", "Give one dim per axis of the input.")
-        if -1 in dims:
-            raise AtcError("E10011", f"Value [{name}:{','.join(map(str, dims))}] for parameter "
-                           "[--input_shape] is invalid. Reason: -1 (dynamic dim) needs --dynamic_batch_size "
-                           "or --dynamic_dims, which this build does not support.",
-                           "Give every dim a fixed size.")
+        shown = ",".join(f"{d.lo}~{d.hi if d.hi is not None else -1}" if isinstance(d, DimRange) else str(d)
+                         for d in dims)
         if old is not None:
             for axis, (was, now) in enumerate(zip(old, dims)):
                 if isinstance(was, int) and was > 0 and was != now:
-                    raise AtcError("E10011", f"Value [{name}:{','.join(map(str, dims))}] for parameter "
+                    raise AtcError("E10011", f"Value [{name}:{shown}] for parameter "
                                    f"[--input_shape] is invalid. Reason: axis {axis} of the input is fixed "
                                    f"to {was} by the model.", "Only dynamic dims can be set.")
-        if too_large(dims, value.desc.dtype):
-            raise AtcError("E10011", f"Value [{name}:{','.join(map(str, dims))}] for parameter [--input_shape] "
+        fixed = [d for d in dims if isinstance(d, int) and d > 0]
+        if too_large(fixed, value.desc.dtype):
+            raise AtcError("E10011", f"Value [{name}:{shown}] for parameter [--input_shape] "
                            f"is invalid. Reason: the input would take more than {MAX_TENSOR_BYTES} bytes.",
                            "Give smaller dims.")
-        value.desc.shape = tuple(dims)
+        dims = [d.lo if isinstance(d, DimRange) and d.lo == d.hi and d.lo > 0 else d for d in dims]
+        value.desc.shape = tuple(_dynamic_dim(graph, value, axis, DYNAMIC_DIM if d == -1 else d)
+                                 if isinstance(d, DimRange) or d == -1 else d for axis, d in enumerate(dims))
     for value in graph.inputs:
         shape = value.desc.shape
-        if shape is None or not value.desc.is_static():
+        if shape is None or not value.desc.has_shape():
             dims = "unknown rank" if shape is None else ",".join(str(d) if isinstance(d, int) and d > 0
                                                                   else (str(d) if d != "?" else "-1")
                                                                   for d in shape)
@@ -504,7 +634,8 @@ def _apply_input_shapes(graph: Graph, input_shapes: dict[str, list[int]]) -> Non
                 str(d) if isinstance(d, int) and d > 0 else "1" for d in shape)
             raise AtcError("E10001", f"Value [] for parameter [--input_shape] is invalid. Reason: model "
                            f"input [{value.name}] has dynamic shape [{dims}].",
-                           f'Fix it with --input_shape="{value.name}:{example}" (your sizes).')
-        if too_large(shape, value.desc.dtype):
+                           f'Fix it with --input_shape="{value.name}:{example}" (your sizes; -1 or lo~hi '
+                           "for a dim known only at run time).")
+        if too_large([d for d in shape if isinstance(d, int)], value.desc.dtype):
             raise AtcError("E16001", f"Model input [{value.name}] of shape {list(shape)} would take more than "
                            f"{MAX_TENSOR_BYTES} bytes.", "Check the model's input dims.")

@@ -120,11 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     gears.add_argument("--dymHW", default="", help='the image-size gear of a --dynamic_image_size model: "h,w"')
     gears.add_argument("--dymDims", default="", help='the gear of its input shapes: "name:d1,d2;name2:d1,d2"')
     gears.add_argument("--dymShape", default="", help='input shapes, "name:d1,d2;name2:d1,d2": for a gear model '
-                       "they name the gear")
+                       "they name the gear; for a dynamic-shape model (-1 or ranges) they are its input sizes "
+                       "(needed for pure data and .bin inputs; .npy files carry their shape)")
     gears.add_argument("--auto_set_dymdims_mode", default=False, type=_switch("--auto_set_dymdims_mode"),
                        help="1: the gear of the --input .npy files' shapes")
     gears.add_argument("--outputSize", default="", help="bytes of each output's buffer, comma-separated in output "
                        "order: an output that needs more fails as ACL does")
+    p.add_argument("--decode_steps", default=0, type=_positive_int("--decode_steps"),
+                   help="a decoder with past_key_values inputs and present outputs: run the prompt (prefill), then "
+                   "N decode steps feeding each step's present back as the next past (simulator/decode.py)")
     return p
 
 
@@ -218,11 +222,6 @@ class _Progress:
               end=end, file=sys.stderr, flush=True)
 
 
-def _run(args, warnings: list) -> int:
-    with Outputs() as out:   # outputs, summary and profile: all of them, or none
-        return _run_into(args, warnings, out)
-
-
 def _chosen_gear(args, session):
     """The gear the flags choose (an index), None when they choose none; for a model
     without gears, the flags must not ask for one."""
@@ -230,7 +229,7 @@ def _chosen_gear(args, session):
         for flag in ("dymBatch", "dymHW", "dymDims"):
             if getattr(args, flag):
                 session._need_gears(f"--{flag}")          # raises: the model has no gears
-        if args.dymShape:
+        if args.dymShape and not session.model.graph.is_dynamic:   # a dynamic-shape model's sizes: _inputs
             from simulator.session import parse_shapes
             shapes = parse_shapes(args.dymShape, "--dymShape")
             static = {v.name: list(v.desc.shape) for v in session.model.graph.inputs}
@@ -264,13 +263,79 @@ def _chosen_gear(args, session):
 
 def _inputs(args, session):
     from simulator import runner
+    from simulator.session import parse_shapes
     graph = session.model.graph
+    shapes = parse_shapes(args.dymShape, "--dymShape") if args.dymShape and graph.is_dynamic else None
     if args.input:
-        return runner.load_dataset(args.input, graph)
+        return runner.load_dataset(args.input, graph, shapes)
     kind = args.pure_data_type or ("random" if args.compare else "zero")
     if kind == "zero":
-        return runner.Dataset([runner.zero_inputs(graph)], ["pure_infer_data"], "zero")
-    return runner.Dataset([runner.random_inputs(graph, args.seed)], ["pure_infer_data"], f"random (seed {args.seed})")
+        return runner.Dataset([runner.zero_inputs(graph, shapes)], ["pure_infer_data"], "zero")
+    return runner.Dataset([runner.random_inputs(graph, args.seed, shapes)], ["pure_infer_data"],
+                          f"random (seed {args.seed})")
+
+
+def _run(args, warnings: list) -> int:
+    with Outputs() as out:   # outputs, summary and profile: all of them, or none
+        if args.decode_steps:
+            return _decode_into(args, warnings, out)
+        return _run_into(args, warnings, out)
+
+
+def _decode_into(args, warnings: list, out: Outputs) -> int:
+    """--decode_steps N: prefill the prompt, then N decode steps (simulator/decode.py); one
+    line, one summary entry and (with --profile) one profile per step."""
+    import numpy as np
+    from simulator import decode, runner
+    from simulator.session import InferSession
+
+    session = InferSession(args.model, args.soc_version or None)
+    graph = session.model.graph
+    for warning in warnings + session.warnings:
+        print(f"[WARNING] {warning.render()}")
+    layout = decode.layout_of(graph)
+    if args.input:
+        prompt = runner._read_file(args.input.split(",")[0], next(v for v in graph.inputs
+                                                                  if v.name == layout.tokens[0]))
+    else:
+        from simulator.session import parse_shapes
+        shapes = parse_shapes(args.dymShape, "--dymShape") if args.dymShape else {}
+        batch, length = shapes.get(layout.tokens[0], [1, 8])[:2] if shapes.get(layout.tokens[0]) else (1, 8)
+        prompt = decode.prompt_tokens(graph, batch, length, args.seed)
+    steps = decode.generate(session, np.asarray(prompt), args.decode_steps, args.compare)
+    print(f"[INFO] load model {args.model} success: decoder with {len(layout.past)} cache tensors, priced on "
+          f"{session.model.chip.soc_version}")
+    for step in steps:
+        what = (f"prefill of {step.new_tokens} tokens" if step.kind == "prefill"
+                else f"decode step {step.index} (cache {step.cache_length})")
+        check = "" if not step.compares else (" compare PASS" if step.passed else " compare FAIL")
+        print(f"[INFO] {what}: NPU_compute_time {step.npu_time_ms:.6f} ms (simulated){check}")
+    decode_ms = [s.npu_time_ms for s in steps[1:]]
+    if decode_ms:
+        print(f"[INFO] per-token (decode) NPU_compute_time mean {float(np.mean(decode_ms)):.6f} ms, prefill "
+              f"{steps[0].npu_time_ms:.6f} ms (simulated)")
+    summary = {"model": args.model, "soc_version": session.model.chip.soc_version, "simulated": True,
+               "decode": [s.as_dict() for s in steps],
+               "prefill_ms": steps[0].npu_time_ms,
+               "decode_mean_ms": float(np.mean(decode_ms)) if decode_ms else 0.0}
+    for directory in [args.profile] if args.profile else []:
+        from simulator.profile import write_profile
+        profiles = []
+        for step in steps:
+            profiles.append(write_profile(session.model, step.timings, directory, out, suffix=f"0_step{step.index}",
+                                          graph=step.priced))
+        summary["profile"] = profiles
+        print(f"[INFO] profile of every step written to {directory} (op_summary_0_step<k>.csv, k = 0 the prefill)")
+    if args.output:
+        out.make_folder(args.output, "--output")
+        out.write_json(os.path.join(args.output, "summary.json"), summary, "--output")
+    failed = [s.index for s in steps if s.compares and not s.passed]
+    if failed:
+        print(f"[ERROR] compare FAIL at step(s) {failed}")
+        return EXIT_COMPARE_FAIL
+    if args.compare:
+        print("[INFO] compare PASS at every step")
+    return EXIT_OK
 
 
 def _run_into(args, warnings: list, out: Outputs) -> int:
@@ -356,7 +421,7 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
 
     totals = session.summary()
     npu = totals["NPU_compute_time"]
-    batch = args.batchsize or runner.default_batchsize(model.graph)
+    batch = args.batchsize or last.batchsize
     throughput = 1000.0 * batch / npu["mean"] if npu["mean"] > 0 else 0.0
     summary = {
         "model": args.model, "soc_version": model.chip.soc_version, "precision_mode": loaded.precision_mode,
@@ -364,8 +429,8 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
         "inferences": len(data.feeds), "batchsize": batch, "NPU_compute_time": npu, "throughput": throughput,
         "H2D_latency": totals["H2D_latency"], "D2H_latency": totals["D2H_latency"],
         "host_wall_time": totals["host_wall_time"],
-        "inputs": [{"name": v.name, "shape": list(v.desc.shape), "dtype": str(np.dtype(v.desc.dtype))}
-                   for v in model.graph.inputs],
+        "inputs": [{"name": v.name, "shape": [d if isinstance(d, int) else str(d) for d in v.desc.shape],
+                    "dtype": str(np.dtype(v.desc.dtype))} for v in model.graph.inputs],
         "input_source": data.source,
         "outputs": [{"name": n, "shape": list(a.shape), "dtype": str(a.dtype)} for n, a in last.outputs.items()],
         "warnings": [w.render() for w in warnings + session.warnings],
@@ -373,6 +438,10 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
     if model.gear is not None:
         summary["gear"] = {"index": model.gear, "flag": model.gears.flag,
                            "values": list(model.gears.branches[model.gear].values)}
+    if model.graph.is_dynamic:        # each inference's sizes and simulated time
+        summary["dynamic_shapes"] = [{"input_shapes": {k: list(v) for k, v in r.input_shapes.items()},
+                                      "dims": r.dims, "NPU_compute_time_ms": r.npu_time_ms["mean"]}
+                                     for r in results]
     if args.compare:
         summary["compare"] = {"onnx": args.compare, "reference": "onnxruntime ORT_DISABLE_ALL, 1 thread",
                               "passed": all(c.passed for c in compares),
@@ -384,7 +453,7 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
         from simulator.profile import write_profile
         if model.gear is not None and len(session.gears.branches) > 1:
             directory = os.path.join(directory, f"gear_{model.gear}")
-        summary.setdefault("profile", write_profile(model, last.timings, directory, out))
+        summary.setdefault("profile", write_profile(model, last.timings, directory, out, graph=last.priced))
         print(f"[INFO] profile written to {directory}")
     if out_dir and written:
         for entry in summary["outputs"]:

@@ -11,6 +11,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from codegen.registry import kernel_of
+from ge.dynamic import bind, bind_inputs, instantiate_attrs
 from ge.errors import AtcError, InternalError, at_node
 from ge.ir import Graph, Node
 from ge.limits import tensor_bytes
@@ -34,6 +35,9 @@ def check_feeds(graph: Graph, feeds: dict) -> None:
     if missing or extra:
         raise AtcError("E10001", f"The model has inputs {names}; missing {missing}, unknown {extra}.",
                        "Give one input per model input, in the model's order.")
+    if graph.is_dynamic:
+        _check_dynamic_feeds(graph, feeds)
+        return
     for value in graph.inputs:
         array = feeds[value.name]
         if tuple(array.shape) != tuple(value.desc.shape):
@@ -42,6 +46,41 @@ def check_feeds(graph: Graph, feeds: dict) -> None:
         if np.dtype(array.dtype) != np.dtype(value.desc.dtype):
             raise AtcError("E10001", f"Input [{value.name}] has dtype {array.dtype}, the model expects "
                            f"{np.dtype(value.desc.dtype)}.", "Give inputs of the compiled dtype.")
+
+
+def _check_dynamic_feeds(graph: Graph, feeds: dict) -> None:
+    for value in graph.inputs:
+        if np.dtype(feeds[value.name].dtype) != np.dtype(value.desc.dtype):
+            raise AtcError("E10001", f"Input [{value.name}] has dtype {feeds[value.name].dtype}, the model expects "
+                           f"{np.dtype(value.desc.dtype)}.", "Give inputs of the compiled dtype.")
+    bind_inputs(graph, {name: np.shape(array) for name, array in feeds.items()})
+
+
+class DynamicRun:
+    """What a run of a dynamic-shape graph saw: the symbols' values and the config inputs
+    its kernels read at run time (node name -> {attr: value}) -- enough to specialize the
+    graph to this run (ge.dynamic.specialize) and price it."""
+
+    def __init__(self):
+        self.values: dict = {}
+        self.runtime_attrs: dict = {}
+
+
+def _runtime_config(node: Node, op, args: list, attrs: dict, run: "DynamicRun") -> dict:
+    """Config inputs computed at run time, moved into the attributes as canonicalization
+    moves constant ones (the kernel's compute reads attributes only)."""
+    moved = {}
+    for index, attr in op.config_inputs:
+        if index < len(args) and args[index] is not None:
+            array = np.asarray(args[index])
+            moved[attr] = array if op.array_config else array.tolist()
+            args[index] = None
+    if moved:
+        run.runtime_attrs[node.name] = moved
+        attrs = {**attrs, **moved}
+        if node.op_type == "Split" and "split" not in attrs and "num_outputs" not in attrs:
+            attrs["num_outputs"] = len(node.outputs)
+    return attrs
 
 
 def live_bytes(graph: Graph) -> tuple:
@@ -72,9 +111,15 @@ def live_bytes(graph: Graph) -> tuple:
 
 
 def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.dtype]] = None,
-              on_kernel: Optional[Callable[[Node], None]] = None) -> dict:
-    """Execute every node in order; returns {graph output name: array}."""
+              on_kernel: Optional[Callable[[Node], None]] = None, run: Optional[DynamicRun] = None) -> dict:
+    """Execute every node in order; returns {graph output name: array}.  A dynamic-shape
+    graph binds its symbols from the inputs and from each kernel's outputs (into `run`),
+    instantiates symbolic attributes and checks every output against its symbolic shape."""
     check_feeds(graph, feeds)
+    dynamic = graph.is_dynamic
+    run = run if run is not None else DynamicRun()
+    if dynamic:
+        run.values.update(bind_inputs(graph, {v.name: np.shape(feeds[v.name]) for v in graph.inputs}))
     env: dict = {id(v): np.asarray(feeds[v.name]) for v in graph.inputs}
     remaining_uses: dict = {}
     for node in graph.nodes:
@@ -92,8 +137,11 @@ def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.
                 continue
             array = v.const if v.is_const else env[id(v)]
             args.append(_to(array, dtype) if dtype is not None else array)
+        attrs = node.attrs
+        if dynamic:
+            attrs = _runtime_config(node, op, args, instantiate_attrs(attrs, run.values), run)
         try:
-            results = op.compute(args, node.attrs)
+            results = op.compute(args, attrs)
         except AtcError as err:
             raise at_node(err, node.name, node.op_type) from err
         except Exception as exc:   # a kernel says InvalidNode for the model's mistakes: this is ours
@@ -103,7 +151,12 @@ def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.
             on_kernel(node)
         for value, result in zip(node.outputs, results):
             result = np.asarray(result)
-            if tuple(result.shape) != tuple(value.desc.shape):
+            if dynamic:
+                why = bind(tuple(value.desc.shape), tuple(result.shape), run.values, graph)
+                if why is not None:
+                    raise InternalError(f"Kernel [{node.name}] ({node.op_type}) produced shape {list(result.shape)} "
+                                        f"for [{value.name}]: {why}.", node.name)
+            elif tuple(result.shape) != tuple(value.desc.shape):
                 raise InternalError(f"Kernel [{node.name}] ({node.op_type}) produced shape {list(result.shape)} "
                                     f"for [{value.name}], expected {list(value.desc.shape)}.", node.name)
             if remaining_uses.get(id(value), 0) or id(value) in keep:   # an unread output is dropped

@@ -57,9 +57,12 @@ def _tensor_cols(values, dtype) -> tuple:
     return ";".join(shapes), ";".join(dtypes), ";".join(formats)
 
 
-def op_summary_rows(model: Model, timings: list) -> list:
-    """One dict per task, keys = OP_SUMMARY_COLUMNS."""
+def op_summary_rows(model: Model, timings: list, graph=None) -> list:
+    """One dict per task, keys = OP_SUMMARY_COLUMNS.  `graph`: a dynamic-shape model
+    specialized to the run's sizes (what the timings priced), so shapes are the run's."""
     nodes = model.task_nodes()
+    if graph is not None:
+        nodes.update({n.name: n for n in graph.nodes})
     rows = []
     for t in timings:
         node = nodes[t.name]
@@ -167,14 +170,15 @@ def op_statistic_rows(model: Model, timings: list) -> list:
     return rows
 
 
-def write_profile(model: Model, timings: list, directory: str, out: Outputs, suffix: str = "0") -> dict:
+def write_profile(model: Model, timings: list, directory: str, out: Outputs, suffix: str = "0",
+                  graph=None) -> dict:
     """Write op_summary_<suffix>.csv, op_statistic_<suffix>.csv and msprof_<suffix>.json as
-    part of the run's outputs `out`; returns their paths."""
+    part of the run's outputs `out`; returns their paths.  `graph`: see op_summary_rows."""
     out.make_folder(directory, "--profile")
     csv_path = os.path.join(directory, f"op_summary_{suffix}.csv")
     stat_path = os.path.join(directory, f"op_statistic_{suffix}.csv")
     json_path = os.path.join(directory, f"msprof_{suffix}.json")
-    write_op_summary(csv_path, op_summary_rows(model, timings), out)
+    write_op_summary(csv_path, op_summary_rows(model, timings, graph), out)
     _write_csv(stat_path, OP_STATISTIC_COLUMNS, op_statistic_rows(model, timings), out)
     with out.open(json_path, "--profile", text=True) as f:
         json.dump(trace_events(model, timings), f)

@@ -21,12 +21,14 @@ import numpy as np
 
 from codegen.gear_import import load_om_model
 from codegen.om_import import LoadedOm
+from ge.dynamic import bind_inputs, describe_shape, specialize, substitute_shape
 from ge.errors import AtcError
 from ge.ir import Graph, Value
-from ge.limits import KERNEL_TEMPORARIES, Budget, current_budget, tensor_bytes
+from ge.limits import KERNEL_TEMPORARIES, Budget, current_budget, max_tensor_bytes, tensor_bytes
 from ge.files import Outputs, open_input
+from ge.symbolic import Dim
 from simulator.cost_model import Chip, KernelCost, load_chip, super_kernel_durations
-from simulator.executor import live_bytes, run_graph
+from simulator.executor import DynamicRun, live_bytes, run_graph
 from simulator.pricing import node_costs
 
 OUTFMTS = ("NPY", "BIN", "TXT")
@@ -50,12 +52,15 @@ def safe_name(name: str) -> str:
 class Model:
     """A loaded .om plus the chip it is priced on.  For a gear model, `gears` holds every
     gear (codegen.gear_import.Gears) and `gear` the one this view runs (`for_gear`): its
-    graph is that gear's subgraph, run after the root graph's MapIndex picked it."""
+    graph is that gear's subgraph, run after the root graph's MapIndex picked it.  A
+    dynamic-shape model keeps the task timings of every set of sizes it ran at
+    (`timings_by_shape`)."""
 
     path: str
     loaded: LoadedOm
     chip: Chip
     gear: Optional[int] = None
+    timings_by_shape: dict = field(default_factory=dict)
 
     @property
     def graph(self) -> Graph:
@@ -150,9 +155,12 @@ def check_budget(model: Model, budget: Budget) -> None:
     graph = model.graph
     for value in list(graph.inputs) + [v for node in graph.nodes for v in node.outputs]:
         owner = f" of kernel [{value.producer.name}]" if value.producer is not None else ""
-        budget.check_tensor(tensor_bytes(value.desc.shape, value.desc.dtype),
-                            f"Tensor [{value.name}]{owner}, shape {list(value.desc.shape)}",
-                            "The .om records a tensor no chip could hold: regenerate it with atc.")
+        largest = max_tensor_bytes(value.desc.shape, value.desc.dtype)
+        if largest is not None:          # a dynamic tensor at the ranges' maxima; unbounded ones per run
+            budget.check_tensor(largest, f"Tensor [{value.name}]{owner}, shape {list(value.desc.shape)}",
+                                "The .om records a tensor no chip could hold: regenerate it with atc.")
+    if graph.is_dynamic:
+        return
     peak, largest = live_bytes(graph)
     budget.check_host(peak + KERNEL_TEMPORARIES * largest, f"Running model [{model.path}] (a peak of {peak} bytes "
                       f"of live tensors, plus {KERNEL_TEMPORARIES}x the largest, {largest} bytes, for a kernel's "
@@ -172,18 +180,44 @@ def _int_high(value: Value) -> int:
     return max(high, 1)
 
 
-def random_inputs(graph: Graph, seed: int = 0) -> dict:
-    """Seeded inputs of the model's shapes and dtypes.  Floats: standard normal.  Inputs whose
-    name contains "mask": ones (a random mask is rarely meaningful, and big negative
-    additive masks overflow fp16).  Raw images of an Aipp op: uniform bytes [0, 255].
-    Other ints: uniform in [0, min(10, rows of the embedding table they index)).  Bools:
-    random."""
+def input_shapes(graph: Graph, shapes: Optional[dict] = None) -> dict:
+    """{input name: shape}: the model's, or for a dynamic model the sizes `shapes` gives
+    (--dymShape); E10001 when a dynamic input has none, or one that does not fit."""
+    shapes = shapes or {}
+    if not graph.is_dynamic:
+        return {v.name: tuple(v.desc.shape) for v in graph.inputs}
+    unknown = [n for n in shapes if n not in {v.name for v in graph.inputs}]
+    if unknown:
+        raise AtcError("E10001", f"--dymShape names input(s) {unknown}, which the model does not have; it has "
+                       f"{[v.name for v in graph.inputs]}.", "Give the model's input names.")
+    bind_inputs(graph, shapes)
+    out = {}
+    for value in graph.inputs:
+        if value.name in shapes:
+            out[value.name] = tuple(int(d) for d in shapes[value.name])
+        elif value.desc.is_dynamic():
+            raise AtcError("E10001", f"Input [{value.name}] has a dynamic shape "
+                           f"{describe_shape(value.desc.shape, graph)} and no size was given.",
+                           f'Give its shape with --dymShape "{value.name}:d1,d2,..." (ais_bench\'s flag for '
+                           "dynamic-shape models), or input files.")
+        else:
+            out[value.name] = tuple(value.desc.shape)
+    return out
+
+
+def random_inputs(graph: Graph, seed: int = 0, shapes: Optional[dict] = None) -> dict:
+    """Seeded inputs of the model's shapes (a dynamic model's: `shapes`) and dtypes.  Floats:
+    standard normal.  Inputs whose name contains "mask": ones (a random mask is rarely
+    meaningful, and big negative additive masks overflow fp16).  Raw images of an Aipp op:
+    uniform bytes [0, 255].  Other ints: uniform in [0, min(10, rows of the embedding table
+    they index)).  Bools: random."""
     if not 0 <= seed < 1 << 63:
         raise AtcError("E10013", f"Value [{seed}] for --seed is out of range [0, 2^63).", "Pass --seed=0 or more.")
     rng = np.random.default_rng(seed)
     feeds = {}
+    sizes = input_shapes(graph, shapes)
     for value in graph.inputs:
-        dtype, shape = np.dtype(value.desc.dtype), tuple(value.desc.shape)
+        dtype, shape = np.dtype(value.desc.dtype), sizes[value.name]
         if "mask" in value.name.lower():
             feeds[value.name] = np.ones(shape, dtype)
         elif dtype == np.bool_:
@@ -202,24 +236,46 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict:
 _NPY_HEADER_ROOM = 1 << 20   # bytes an .npy may hold beyond its data (its header)
 
 
-def _read_file(path: str, value: Value) -> np.ndarray:
+def _expected(value: Value, shapes: Optional[dict]) -> Optional[tuple]:
+    """The shape an input file must have: the model's, the --dymShape one of a dynamic input,
+    or None (a dynamic input without one: any shape its symbols' ranges allow)."""
+    if not value.desc.is_dynamic():
+        return tuple(value.desc.shape)
+    if shapes and value.name in shapes:
+        return tuple(int(d) for d in shapes[value.name])
+    return None
+
+
+def _fits(value: Value, shape: tuple) -> Optional[str]:
+    """Why `shape` does not fit a dynamic input (None when it does)."""
+    from ge.dynamic import bind
+    return bind(tuple(value.desc.shape), tuple(shape), {}, value.graph) if value.graph is not None else None
+
+
+def _read_file(path: str, value: Value, shapes: Optional[dict] = None) -> np.ndarray:
     """One input file, opened only if it is a regular file of a plausible size (a FIFO,
     /dev/zero or a huge file is refused before reading)."""
-    elements = math.prod(int(d) for d in value.desc.shape)
+    expected = _expected(value, shapes)
     dtype = np.dtype(value.desc.dtype)
     if path.lower().endswith(".bin"):
+        if expected is None:
+            raise _input_error(path, f"input [{value.name}] has a dynamic shape {list(map(str, value.desc.shape))}: "
+                               "a raw .bin file does not say its shape.",
+                               f'Give its shape with --dymShape "{value.name}:d1,d2,...", or use .npy files.')
         # ais_bench's raw format: the model input's dtype and shape, no header.
-        expected = elements * dtype.itemsize
-        with open_input(path, "--input", max_bytes=expected) as f:
+        elements = math.prod(expected)
+        expected_bytes = elements * dtype.itemsize
+        with open_input(path, "--input", max_bytes=expected_bytes) as f:
             size = os.fstat(f.fileno()).st_size
-            if size != expected:
+            if size != expected_bytes:
                 raise _input_error(path, f"it has {size} bytes; input [{value.name}] ({dtype}, "
-                                   f"{list(value.desc.shape)}) needs {expected}.", "Write the raw tensor bytes.")
-            return np.fromfile(f, dtype=dtype, count=elements).reshape(value.desc.shape)
+                                   f"{list(expected)}) needs {expected_bytes}.", "Write the raw tensor bytes.")
+            return np.fromfile(f, dtype=dtype, count=elements).reshape(expected)
     # Any numeric dtype may come in (a wrong one is refused below with its name): at most
     # 16 bytes an element, plus the header.
-    with open_input(path, "--input", max_bytes=elements * 16 + _NPY_HEADER_ROOM) as f:
-        _check_npy_header(f, path, value)
+    limit = math.prod(expected) * 16 + _NPY_HEADER_ROOM if expected is not None else current_budget().file_bytes
+    with open_input(path, "--input", max_bytes=limit) as f:
+        _check_npy_header(f, path, value, expected)
         f.seek(0)
         try:
             array = np.load(f, allow_pickle=False)
@@ -237,7 +293,7 @@ def _read_file(path: str, value: Value) -> np.ndarray:
     return array
 
 
-def _check_npy_header(f, path: str, value: Value) -> None:
+def _check_npy_header(f, path: str, value: Value, expected: Optional[tuple]) -> None:
     """Read only the .npy header and check its shape against the model input and the file
     size before numpy allocates what the header claims (never trust a size from a file)."""
     try:
@@ -247,9 +303,13 @@ def _check_npy_header(f, path: str, value: Value) -> None:
         data_bytes = os.fstat(f.fileno()).st_size - f.tell()
     except Exception:   # not an .npy at all, or an npz: np.load below says what it is
         return
-    if tuple(shape) != tuple(value.desc.shape):
-        raise _input_error(path, f"shape {list(shape)}; input [{value.name}] has shape {list(value.desc.shape)}.",
+    if expected is not None and tuple(shape) != expected:
+        raise _input_error(path, f"shape {list(shape)}; input [{value.name}] has shape {list(expected)}.",
                            "Give inputs of the compiled shape.")
+    why = _fits(value, tuple(shape)) if expected is None else None
+    if why is not None:
+        raise _input_error(path, f"shape {list(shape)} does not fit input [{value.name}] "
+                           f"{list(map(str, value.desc.shape))}: {why}.", "Give a shape within the model's ranges.")
     if not dtype.hasobject and data_bytes < math.prod(shape) * dtype.itemsize:
         raise _input_error(path, f"its header promises {math.prod(shape) * dtype.itemsize} data bytes, the file "
                            f"holds {data_bytes} (truncated).", "Save the input again with np.save.")
@@ -319,27 +379,30 @@ def dataset_files(spec: str, graph: Graph) -> list:
     return None
 
 
-def load_dataset(spec: str, graph: Graph) -> Dataset:
-    """Every inference `--input` asks for: N files per input folder -> N inferences."""
+def load_dataset(spec: str, graph: Graph, shapes: Optional[dict] = None) -> Dataset:
+    """Every inference `--input` asks for: N files per input folder -> N inferences.  A
+    dynamic model's files may have any shape its ranges allow (`shapes`: --dymShape)."""
     runs = dataset_files(spec, graph)
     if runs is None:
-        feeds = load_inputs(spec, graph)
+        feeds = load_inputs(spec, graph, shapes)
         first = _files_for(spec, graph)[0] if graph.inputs else "pure_infer_data"
         return Dataset([feeds], [os.path.splitext(os.path.basename(first))[0]], spec)
     feeds, bases = [], []
     for paths in runs:
         feed = {}
         for value, path in zip(graph.inputs, paths):
-            feed[value.name] = _checked(_read_file(path, value), value, path)
+            feed[value.name] = _checked(_read_file(path, value, shapes), value, path, shapes)
+        _check_together(graph, feed)
         feeds.append(feed)
         bases.append(os.path.splitext(os.path.basename(paths[0]))[0])
     return Dataset(feeds, bases, spec)
 
 
-def _checked(array: np.ndarray, value: Value, path: str) -> np.ndarray:
-    if tuple(array.shape) != tuple(value.desc.shape):
+def _checked(array: np.ndarray, value: Value, path: str, shapes: Optional[dict] = None) -> np.ndarray:
+    expected = _expected(value, shapes)
+    if expected is not None and tuple(array.shape) != expected:
         raise _input_error(path, f"shape {list(array.shape)}; input [{value.name}] has shape "
-                           f"{list(value.desc.shape)}.", "Give inputs of the compiled shape.")
+                           f"{list(expected)}.", "Give inputs of the compiled shape.")
     if array.dtype != np.dtype(value.desc.dtype):
         raise _input_error(path, f"dtype {array.dtype}; input [{value.name}] has dtype "
                            f"{np.dtype(value.desc.dtype)}.", "Give inputs of the compiled dtype.")
@@ -368,18 +431,26 @@ def npy_shapes(spec: str, graph: Graph) -> dict:
     return shapes
 
 
-def zero_inputs(graph: Graph) -> dict:
-    """ais_bench's --pure_data_type zero: every input all zeros."""
-    return {v.name: np.zeros(tuple(v.desc.shape), np.dtype(v.desc.dtype)) for v in graph.inputs}
+def zero_inputs(graph: Graph, shapes: Optional[dict] = None) -> dict:
+    """ais_bench's --pure_data_type zero: every input all zeros (a dynamic model's at `shapes`)."""
+    sizes = input_shapes(graph, shapes)
+    return {v.name: np.zeros(sizes[v.name], np.dtype(v.desc.dtype)) for v in graph.inputs}
 
 
-def load_inputs(spec: str, graph: Graph) -> dict:
+def load_inputs(spec: str, graph: Graph, shapes: Optional[dict] = None) -> dict:
     """`--input`: comma-separated .npy (or raw .bin) files in model input order, or a folder
     of files named after the inputs (else taken in sorted order).  Checks count, shape, dtype."""
     feeds = {}
     for value, path in zip(graph.inputs, _files_for(spec, graph)):
-        feeds[value.name] = _checked(_read_file(path, value), value, path)
+        feeds[value.name] = _checked(_read_file(path, value, shapes), value, path, shapes)
+    _check_together(graph, feeds)
     return feeds
+
+
+def _check_together(graph: Graph, feeds: dict) -> None:
+    """A dynamic model's inputs must agree on the symbols they share (E10001)."""
+    if graph.is_dynamic:
+        bind_inputs(graph, {name: np.shape(a) for name, a in feeds.items()})
 
 
 # --------------------------------------------------------------------------- timing
@@ -398,13 +469,15 @@ class TaskTiming:
     super_kernel: str = ""
 
 
-def simulate_tasks(model: Model) -> list:
+def simulate_tasks(model: Model, graph: Optional[Graph] = None) -> list:
     """Price every task of the .om in task order; each starts when the previous ends.  Tasks
-    the .om groups into a super kernel share its price (see cost_model.super_kernel_durations)."""
-    costs = node_costs(model.graph, model.chip, model.dtype_of)
+    the .om groups into a super kernel share its price (see cost_model.super_kernel_durations).
+    `graph`: a dynamic model specialized to one run's sizes (ge.dynamic.specialize)."""
+    graph = graph if graph is not None else model.graph
+    costs = node_costs(graph, model.chip, model.dtype_of)
     task_def = model.loaded.task_def
     defs = {t.op_name: t for t in task_def.task} if task_def is not None else {}
-    nodes = {n.name: n for n in model.graph.nodes}
+    nodes = {n.name: n for n in graph.nodes}
     group_of = {name: nodes[name].provenance.get("super_kernel", "") for name in model.loaded.tasks}
     durations = {name: costs[name].total_us for name in model.loaded.tasks}
     for group in sorted(set(group_of.values()) - {""}):
@@ -446,12 +519,21 @@ class RunResult:
     batchsize: int
     timings: list = field(default_factory=list)
     host_samples_ms: list = field(default_factory=list)
+    dims: dict = field(default_factory=dict)      # a dynamic model's symbols in this run: name -> size
+    input_shapes: dict = field(default_factory=dict)
+    priced: Optional[Graph] = None                # a dynamic model specialized to this run's sizes
 
 
-def default_batchsize(graph: Graph) -> int:
-    """As ais_bench: the first dim of the first input (1 for scalars)."""
-    shape = tuple(graph.inputs[0].desc.shape) if graph.inputs else ()
-    return int(shape[0]) if shape and int(shape[0]) > 0 else 1
+def default_batchsize(graph: Graph, feeds: Optional[dict] = None) -> int:
+    """As ais_bench: the first dim of the first input (1 for scalars); a dynamic model's from
+    the inputs it was fed."""
+    if not graph.inputs:
+        return 1
+    first = graph.inputs[0]
+    shape = tuple(np.shape(feeds[first.name])) if feeds and first.name in feeds else tuple(first.desc.shape)
+    if not shape or isinstance(shape[0], Dim):
+        return 1
+    return int(shape[0]) if int(shape[0]) > 0 else 1
 
 
 def _as_recorded(model: Model, step, *args):
@@ -480,20 +562,45 @@ def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
         if chosen != model.gear:
             raise AtcError("E10003", f"The model's MapIndex maps gear {model.gear} to subgraph {chosen}.",
                            "The .om is damaged: regenerate it with atc.")
+    dynamic = model.graph.is_dynamic
+    if dynamic:
+        _check_run_budget(model, feeds)
     for _ in range(warmup_count):
         _as_recorded(model, run_graph, model.graph, feeds, model.dtype_of)
     host, outputs = [], {}
+    seen = DynamicRun()
     for _ in range(loop):
         t0 = time.perf_counter()
-        outputs = _as_recorded(model, run_graph, model.graph, feeds, model.dtype_of)
+        seen = DynamicRun()
+        outputs = _as_recorded(model, run_graph, model.graph, feeds, model.dtype_of, None, seen)
         host.append((time.perf_counter() - t0) * 1e3)
-    if timings is None:
+    priced = None
+    if dynamic:        # priced at this run's sizes: the graph specialized to them, once per set of sizes
+        key = (tuple(sorted(seen.values.items())), repr(sorted(seen.runtime_attrs.items())))
+        if key not in model.timings_by_shape:
+            static = specialize(model.graph, seen.values, seen.runtime_attrs)
+            model.timings_by_shape[key] = (static, _as_recorded(model, simulate_tasks, model, static))
+        priced, timings = model.timings_by_shape[key]
+    elif timings is None:
         timings = _as_recorded(model, simulate_tasks, model)
     npu_ms = sum(t.duration_us for t in timings) / 1e3
-    bs = batchsize if batchsize else default_batchsize(model.graph)
+    bs = batchsize if batchsize else default_batchsize(model.graph, feeds)
     npu = {**stats_ms([npu_ms]), "count": loop}   # the same simulated time in every loop
     throughput = 1000.0 * bs / npu["mean"] if npu["mean"] > 0 else 0.0
-    return RunResult(outputs, npu, stats_ms(host), throughput, bs, timings, host)
+    return RunResult(outputs, npu, stats_ms(host), throughput, bs, timings, host, dict(seen.values),
+                     {name: tuple(np.shape(a)) for name, a in feeds.items()}, priced)
+
+
+def _check_run_budget(model: Model, feeds: dict) -> None:
+    """A dynamic model at this run's input sizes: every tensor whose size they decide (sizes
+    that kernels' outputs tell count at their ranges' maxima) must fit the chip (E13023)."""
+    values = bind_inputs(model.graph, {name: np.shape(a) for name, a in feeds.items()})
+    budget = current_budget().with_device(int(model.chip.memory_size), model.chip.soc_version)
+    for node in model.graph.nodes:
+        for value in node.outputs:
+            largest = max_tensor_bytes(substitute_shape(value.desc.shape, values), value.desc.dtype)
+            if largest is not None:
+                budget.check_tensor(largest, f"Tensor [{value.name}] of kernel [{node.name}] at these input sizes")
 
 
 # --------------------------------------------------------------------------- outputs

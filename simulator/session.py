@@ -27,6 +27,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from ge.errors import AtcError, AtcWarning
+from ge.limits import max_tensor_bytes
+from ge.symbolic import Dim
 from simulator import runner
 
 HOST_LINKS = Path(__file__).resolve().parent / "host_links.json"
@@ -51,7 +53,13 @@ class TensorInfo:
 
 
 def _info(value) -> TensorInfo:
+    """A dynamic-shape model's unknown dims are -1, as ais_bench shows them; its size is then
+    the largest the ranges allow (0 when unbounded)."""
     dtype = np.dtype(value.desc.dtype)
+    if value.desc.is_dynamic():
+        largest = max_tensor_bytes(value.desc.shape, dtype)
+        return TensorInfo(value.name, tuple(-1 if isinstance(d, Dim) else int(d) for d in value.desc.shape),
+                          dtype.name, value.desc.format or "ND", largest or 0)
     return TensorInfo(value.name, tuple(int(d) for d in value.desc.shape), dtype.name,
                       value.desc.format or "ND", int(value.desc.size * dtype.itemsize))
 
@@ -90,6 +98,8 @@ class InferSession:
         self._host_ms: list = []
         self._gear_ms: dict = {}        # gear index -> simulated ms of its inferences
         self._timings: dict = {}        # gear index (None: a static model) -> its priced task list
+        self._copy_bytes: list = []     # a dynamic-shape model: (H2D, D2H) bytes of each timed inference
+        self._batches: list = []        # and its batch size
         self.last_result: Optional[runner.RunResult] = None
 
     # -- what the model is ----------------------------------------------------------
@@ -214,6 +224,11 @@ class InferSession:
         self.last_result = result
         self._npu_ms.extend([result.npu_time_ms["mean"]] * loop)
         self._host_ms.extend(result.host_samples_ms)
+        if self.model.graph.is_dynamic:        # its copies and batch are this run's real sizes
+            copied = (sum(np.asarray(a).nbytes for a in feeds.values()),
+                      sum(np.asarray(a).nbytes for a in result.outputs.values()))
+            self._copy_bytes.extend([copied] * loop)
+            self._batches.extend([result.batchsize] * loop)
         if index is not None:
             self._gear_ms.setdefault(index, []).extend([result.npu_time_ms["mean"]] * loop)
         return [result.outputs[n] for n in self.get_output_names()]
@@ -231,12 +246,14 @@ class InferSession:
         return [by_name[n] for n in output_names]
 
     # -- timing ---------------------------------------------------------------------
-    def transfer_ms(self) -> tuple:
-        """Simulated (H2D, D2H) copy times of one inference over the chip's host link."""
+    def transfer_ms(self, h2d: Optional[int] = None, d2h: Optional[int] = None) -> tuple:
+        """Simulated (H2D, D2H) copy times of one inference over the chip's host link, of the
+        model's I/O sizes (a gear model's: the gear that ran last) or of the bytes given (a
+        dynamic-shape model's real sizes)."""
         link = host_link(self.soc_version)
         per_byte_ms = 1e-6 / link["bandwidth_gbps"]          # GB/s -> ms per byte
-        h2d = sum(_info(v).size for v in self.model.graph.inputs)      # the gear that ran last
-        d2h = sum(_info(v).size for v in self.model.graph.outputs)
+        h2d = sum(_info(v).size for v in self.model.graph.inputs) if h2d is None else h2d
+        d2h = sum(_info(v).size for v in self.model.graph.outputs) if d2h is None else d2h
         lat = link["latency_us"] / 1e3
         return lat + h2d * per_byte_ms, lat + d2h * per_byte_ms
 
@@ -245,12 +262,16 @@ class InferSession:
         latencies (ms), throughput for batch = first dim of the first input, host wall time."""
         if not self._npu_ms:
             raise AtcError("E10001", "No inference has run yet.", "Call infer() first.")
-        h2d, d2h = self.transfer_ms()
         npu = runner.stats_ms(self._npu_ms)
-        batch = runner.default_batchsize(self.model.graph)
+        if self._copy_bytes:             # a dynamic-shape model: each inference at its own sizes
+            copies = [self.transfer_ms(*b) for b in self._copy_bytes]
+            batch = self._batches[-1]
+        else:
+            copies = [self.transfer_ms()] * len(self._npu_ms)
+            batch = runner.default_batchsize(self.model.graph)
         out = {"simulated": True, "soc_version": self.soc_version, "NPU_compute_time": npu,
-               "H2D_latency": runner.stats_ms([h2d] * len(self._npu_ms)),
-               "D2H_latency": runner.stats_ms([d2h] * len(self._npu_ms)),
+               "H2D_latency": runner.stats_ms([c[0] for c in copies]),
+               "D2H_latency": runner.stats_ms([c[1] for c in copies]),
                "throughput": 1000.0 * batch / npu["mean"] if npu["mean"] > 0 else 0.0,
                "batchsize": batch, "exec_time_list": list(self._npu_ms),
                "host_wall_time": runner.stats_ms(self._host_ms)}
@@ -265,6 +286,8 @@ class InferSession:
         self._npu_ms.clear()
         self._host_ms.clear()
         self._gear_ms.clear()
+        self._copy_bytes.clear()
+        self._batches.clear()
 
 
 def _dynamic_info(value, per_gear: list) -> TensorInfo:

@@ -506,3 +506,109 @@ if __name__ == "__main__":
     parser.add_argument("--dir", default=None, help="keep the exported files here (default: a temp dir)")
     options = parser.parse_args()
     print(markdown_tables(ExportCache(options.dir or tempfile.mkdtemp(prefix="real_exports_"))))
+
+
+# ---------------------------------------------------------------- decoders with a KV cache
+
+DECODERS = ("llama", "qwen2", "gpt2")
+
+
+def _decoder(name: str):
+    """A tiny causal LM (2 layers, hidden 32, 4 heads; Llama and Qwen2 with 2 KV heads: GQA)."""
+    import torch
+    import transformers as tf
+    torch.manual_seed(0)
+    small = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    if name == "llama":
+        config = tf.LlamaConfig(**small)
+        model = tf.LlamaForCausalLM(config)
+    elif name == "qwen2":
+        config = tf.Qwen2Config(**small)
+        model = tf.Qwen2ForCausalLM(config)
+    elif name == "gpt2":
+        config = tf.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=128,
+                               bos_token_id=0, eos_token_id=0)
+        model = tf.GPT2LMHeadModel(config)
+    else:
+        raise ValueError(f"unknown decoder {name!r}; known: {DECODERS}")
+    _perturb_parameters(model)
+    return model.eval(), config
+
+
+class _WithCache:
+    """Wraps a causal LM so the exported graph takes the cache as past_key_values.<i>.key/value
+    inputs and returns logits and present.<i>.key/value, as transformers' ONNX exports name
+    them (optimum's layout)."""
+
+    @staticmethod
+    def wrap(model, config):
+        import torch
+        from transformers import DynamicCache
+        layers = config.num_hidden_layers
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_ids, attention_mask, position_ids, *past):
+                cache = DynamicCache(config=config)
+                for i in range(layers):
+                    cache.update(past[2 * i], past[2 * i + 1], i)
+                out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                 past_key_values=cache, use_cache=True)
+                present = []
+                for layer in out.past_key_values.layers:
+                    present += [layer.keys, layer.values]
+                return (out.logits, *present)
+
+        return Wrapper().eval()
+
+
+def export_decoder(name: str, exporter: str, path: str) -> str:
+    """Export a tiny decoder with dynamic batch, sequence and cache lengths; returns the path."""
+    import torch
+    model, config = _decoder(name)
+    wrapper = _WithCache.wrap(model, config)
+    layers = config.num_hidden_layers
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = config.hidden_size // config.num_attention_heads
+    batch, seq, past = 2, 3, 5
+    gen = torch.Generator().manual_seed(5)
+    args = (torch.randint(0, config.vocab_size, (batch, seq), generator=gen),
+            torch.ones(batch, past + seq, dtype=torch.int64),
+            torch.arange(past, past + seq).unsqueeze(0).expand(batch, seq),
+            *[torch.randn(batch, kv_heads, past, head_dim, generator=gen) for _ in range(2 * layers)])
+    inputs = ["input_ids", "attention_mask", "position_ids"] + \
+        [f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    outputs = ["logits"] + [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript":
+            axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
+                    "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
+            axes.update({n: {0: "batch", 2: "past"} for n in inputs[3:]})
+            axes.update({n: {0: "batch", 2: "total"} for n in outputs[1:]})
+            torch.onnx.export(wrapper, args, path, dynamo=False, do_constant_folding=False,
+                              opset_version=TORCHSCRIPT_OPSET, input_names=inputs, output_names=outputs,
+                              dynamic_axes=axes)
+        elif exporter == "dynamo":
+            from torch.export import Dim
+            b, s, p, t = Dim("batch", max=64), Dim("seq", max=128), Dim("past", max=128), Dim("total", max=256)
+            shapes = ({0: b, 1: s}, {0: b, 1: t}, {0: b, 1: s}, tuple([{0: b, 2: p}] * (2 * layers)))
+            program = torch.onnx.export(wrapper, args, dynamo=True, opset_version=DYNAMO_OPSET, input_names=inputs,
+                                        output_names=outputs, dynamic_shapes=shapes, verbose=False)
+            program.save(path)
+        else:
+            raise ValueError(f"unknown exporter {exporter!r}; known: {EXPORTERS}")
+    return path
+
+
+def decoder_input_shape(model: onnx.ModelProto) -> str:
+    """--input_shape for a decoder export: every dynamic dim -1."""
+    items = []
+    for info in model.graph.input:
+        dims = [str(d.dim_value) if d.HasField("dim_value") else "-1" for d in info.type.tensor_type.shape.dim]
+        items.append(f"{info.name}:{','.join(dims)}")
+    return ";".join(items)

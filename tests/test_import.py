@@ -6,6 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ge.errors import AtcError
+from ge.symbolic import Dim
 from ge.onnx_import import import_model
 from ge.passes import run_generic
 
@@ -156,12 +157,14 @@ def test_constant_subgraphs_fold_and_every_value_is_typed():
     graph.verify()
 
 
-def test_run_time_config_input_is_refused_with_the_node_named():
+def test_run_time_config_input_stays_an_input_the_kernel_reads():
     nodes = [helper.make_node("Reshape", ["x", "shape_in"], ["y"], name="dyn_reshape")]
     model = model_of(nodes, [fvi("x", [2, 3]), fvi("shape_in", [2], TensorProto.INT64)], [fvi("y", None)])
-    with pytest.raises(AtcError) as err:
-        lower(model)
-    assert err.value.code == "E16002" and "dyn_reshape" in err.value.message
+    graph = lower(model)
+    reshape = graph.nodes[0]
+    assert reshape.inputs[1].name == "shape_in" and "shape" not in reshape.attrs
+    out = graph.outputs[0].desc.shape          # rank 2 from the shape input's length, sizes from its values
+    assert len(out) == 2 and all(isinstance(d, Dim) for d in out) and graph.is_dynamic
 
 
 def test_kernel_errors_name_the_node():

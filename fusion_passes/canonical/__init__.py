@@ -44,6 +44,7 @@ from fusion_passes.switches import FusionSwitches
 from ge.ir import Graph
 from ge.passes.contract import CANONICAL, TYPED, GraphPass, PassResult
 from ge.passes.dead_code import remove_dead_nodes
+from ge.symbolic import SymbolicDimError
 
 MAX_ROUNDS = 8
 
@@ -101,7 +102,7 @@ class CanonicalizePass(GraphPass):
                 changes = result.changes
                 for node in list(graph.nodes):
                     if node.graph is graph and node.op_type in rewrite.anchor_types and _live(node) \
-                            and rewrite.apply(graph, node):
+                            and _apply(rewrite, graph, node):
                         result.count(rewrite)
                 if result.changes != changes:
                     while remove_dead_nodes(graph):     # rewrites append nodes out of order: repeat
@@ -109,6 +110,15 @@ class CanonicalizePass(GraphPass):
             if result.changes == before:
                 break
         return result
+
+
+def _apply(rewrite: Rewrite, graph: Graph, node) -> bool:
+    """Apply one rewrite; one whose checks a dynamic dim's range does not decide (a rewrite
+    decides before it edits) leaves the idiom as it is."""
+    try:
+        return rewrite.apply(graph, node)
+    except SymbolicDimError:
+        return False
 
 
 def _live(node) -> bool:

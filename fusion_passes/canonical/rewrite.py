@@ -16,6 +16,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 from ge.ir import Graph, Node, TensorDesc, Value
+from ge.ops.common import static_dims
 from ge.ops.registry import TensorType, get_op
 
 
@@ -51,7 +52,7 @@ def add_node(graph: Graph, op_type: str, inputs: Sequence[Optional[Value]], attr
              origin: Iterable[Node], before: Optional[Node] = None, n_outputs: int = 1) -> Node:
     """A new ONNX node whose output types come from the op's own shape rule (ge/ops)."""
     types = get_op(op_type).infer([_type(v) for v in inputs], attrs)
-    descs = [TensorDesc(np.dtype(t.dtype), tuple(int(d) for d in t.shape)) for t in types[:n_outputs]]
+    descs = [TensorDesc(np.dtype(t.dtype), static_dims(t.shape)) for t in types[:n_outputs]]
     node = graph.make_node(op_type, inputs, n_outputs, attrs, name=graph.unique_name(name), descs=descs,
                            provenance={"origin": origin_of(origin)}, before=before)
     return node

@@ -7,6 +7,7 @@ import numpy as np
 
 from ge.errors import InvalidNode, invalid_attr
 from ge.ops.registry import TensorType
+from ge.symbolic import Dim, SymbolicDimError, bounds, dim_max
 
 # The float dtypes a precision mode may move a tensor between (the compute dtype of a kernel
 # applies to these; index and mask tensors keep their own dtype).
@@ -14,12 +15,58 @@ FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 
 
 def broadcast_shape(*shapes: Sequence[int]) -> tuple:
-    """Numpy/ONNX multidirectional broadcasting of static shapes."""
+    """Numpy/ONNX multidirectional broadcasting (of symbolic dims too: see broadcast_dim)."""
+    if any(isinstance(d, Dim) for s in shapes for d in s):
+        rank = max((len(s) for s in shapes), default=0)
+        out = [1] * rank
+        try:
+            for s in shapes:
+                for i, d in enumerate(s, rank - len(s)):
+                    out[i] = broadcast_dim(out[i], d)
+        except InvalidNode:
+            raise InvalidNode(f"input shapes {[list(s) for s in shapes]} do not broadcast to one shape",
+                              "Check the shapes of the node's inputs.") from None
+        return tuple(out)
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
     except ValueError:
         raise InvalidNode(f"input shapes {[list(s) for s in shapes]} do not broadcast to one shape",
                           "Check the shapes of the node's inputs.") from None
+
+
+def broadcast_dim(a, b):
+    """One broadcast dim.  A symbolic dim against 1 stays; against an int n > 1 it must be n
+    at run time (the executor checks), so n; two different symbolic dims give max(a, b),
+    which is exact whenever they broadcast (equal, or one of them 1)."""
+    if a == b or b == 1:
+        return a
+    if a == 1:
+        return b
+    if not isinstance(a, Dim) and not isinstance(b, Dim):
+        raise InvalidNode(f"dims {a} and {b} do not broadcast")
+    if isinstance(a, Dim) and isinstance(b, Dim):
+        return dim_max(a, b)
+    sym, n = (a, b) if isinstance(a, Dim) else (b, a)
+    lo, hi = bounds(sym)
+    if not (lo <= n <= hi or lo <= 1):
+        raise InvalidNode(f"dims {a} and {b} do not broadcast")
+    return n
+
+
+def dims_match(a, b) -> bool:
+    """False only when dims `a` and `b` provably differ; a symbolic dim that may equal the
+    other is taken to match (the kernel checks the real sizes at run time)."""
+    if a == b:
+        return True
+    if not isinstance(a, Dim) and not isinstance(b, Dim):
+        return False
+    lo, hi = bounds(a - b)
+    return lo <= 0 <= hi
+
+
+def static_dims(shape) -> tuple:
+    """A shape's dims as ints, symbolic dims kept (what shape rules return)."""
+    return tuple(d if isinstance(d, Dim) else int(d) for d in shape)
 
 
 def normalize_axis(axis: int, rank: int) -> int:

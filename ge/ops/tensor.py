@@ -14,7 +14,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ge.ops import common
-from ge.ops.common import broadcast_shape
+from ge.ops.common import broadcast_shape, dims_match, static_dims
+from ge.symbolic import Dim
 from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import AtcError, InvalidNode
 
@@ -45,9 +46,16 @@ def _required(attrs: dict, name: str, op: str):
 
 
 def _int_list(value) -> list:
+    """Config values as ints (symbolic dims -- ge.symbolic.Dim -- kept as they are)."""
     if value is None:
         return None
-    return [int(v) for v in np.atleast_1d(np.asarray(value)).reshape(-1)]
+    return [v if isinstance(v, Dim) else int(v) for v in np.atleast_1d(np.asarray(value, dtype=object)
+                                                                       if _has_dims(value) else
+                                                                       np.asarray(value)).reshape(-1)]
+
+
+def _has_dims(value) -> bool:
+    return isinstance(value, Dim) or isinstance(value, (list, tuple)) and any(isinstance(v, Dim) for v in value)
 
 
 def _scalar(value, default=None):
@@ -58,7 +66,7 @@ def _scalar(value, default=None):
 
 
 def _tt(dtype, shape) -> list:
-    return [TensorType(np.dtype(dtype), tuple(int(d) for d in shape))]
+    return [TensorType(np.dtype(dtype), static_dims(shape))]
 
 
 def _like(compute_shape):

@@ -18,8 +18,9 @@ from ge.errors import AtcError, InternalError
 from ge.ir import Graph
 
 # Graph properties passes may require and ensure.
-TYPED = "typed"            # every value has a dtype and a static shape
-CANONICAL = "canonical"    # constant config inputs are attributes (see ge/ops/registry.py)
+TYPED = "typed"            # every value has a dtype and a shape (dims: ints or ge.symbolic.Dim)
+CANONICAL = "canonical"    # config inputs known at compile time are attributes (see ge/ops/registry.py)
+STATIC = "static_shapes"   # every dim is an int: no symbol (ge.symbolic) anywhere in the graph
 
 
 @dataclass
@@ -72,6 +73,6 @@ def run_passes(graph: Graph, passes: Sequence[GraphPass]) -> list:
             graph.topological_sort()
         except AtcError as exc:   # the graph was acyclic before the pass: the pass made the cycle
             raise InternalError(f"pass {fpass.name} left a cycle in the graph: {exc.message}") from exc
-        graph.verify(require_types=TYPED in graph.properties)
+        graph.verify(require_types=TYPED in graph.properties, require_static=STATIC in graph.properties)
         results.append(result)
     return results

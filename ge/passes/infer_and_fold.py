@@ -8,6 +8,14 @@ small, evaluate it with the op's numpy compute and turn its outputs into constan
 Folding Shape/Gather/Concat/Unsqueeze chains this way resolves the Reshape targets that
 exporters compute at run time.
 
+Dynamic shapes (ge.symbolic): a dim may be a symbolic expression.  The same chains then
+hold expressions ([B, S, 12, 64], ge.shape_values): they are "known" to shape inference, a
+config input known this way becomes an attribute holding the expressions, and its chain
+dies once nothing reads it.  A config input neither constant nor known stays an input the
+kernel reads at run time (ge.ops.runtime_shapes gives its output shape, with fresh
+symbols for the dims its values decide).  A graph with no symbol left gets the property
+`static_shapes`, and is checked and built exactly as before.
+
 The size decides before anything is computed: a fold larger than `_MAX_FOLDED_BYTES` stays
 a kernel, and every tensor must fit the chip's memory (the run's `ge.limits` budget,
 E13023 naming the node) -- a 119-byte ConstantOfShape [30000, 30000] or a Range 0..2^40
@@ -15,13 +23,20 @@ never allocates on the host.
 """
 from __future__ import annotations
 
+import re
+from typing import Optional
+
 import numpy as np
 
+from ge import shape_values
 from ge.errors import AtcError, InternalError, InvalidNode, at_node
 from ge.ir import Graph, Node, TensorDesc
-from ge.limits import MAX_TENSOR_BYTES, Budget, current_budget, tensor_bytes, too_large
+from ge.limits import MAX_TENSOR_BYTES, Budget, current_budget, max_tensor_bytes, tensor_bytes, too_large
+from ge.ops import runtime_shapes, symbolic_infer
+from ge.ops.common import static_dims
 from ge.ops.registry import OpDef, TensorType, get_op
-from ge.passes.contract import CANONICAL, TYPED, GraphPass, PassResult
+from ge.passes.contract import CANONICAL, STATIC, TYPED, GraphPass, PassResult
+from ge.symbolic import Dim, SymbolicDimError, provably
 
 _SHAPE_ONLY_OPS = {"Shape", "Size"}
 # Folding these would only copy large constants into the weights; keep them as kernels.
@@ -36,24 +51,32 @@ def op_def_for(node: Node) -> OpDef:
     return op
 
 
-def canonicalize(node: Node, op: OpDef) -> None:
-    """Move constant config inputs into attributes; error if one is computed at run time."""
+def canonicalize(node: Node, op: OpDef, known: Optional[dict] = None) -> set:
+    """Move config inputs into attributes: constant ones as values, ones known symbolically
+    (`known`, ge.shape_values) as lists of ints and dims.  Returns the indices of the config
+    inputs left for the kernel to read at run time."""
+    known = known if known is not None else {}
+    runtime, moved = set(), set()
     for index, attr in op.config_inputs:
         if index >= len(node.inputs) or node.inputs[index] is None:
             continue
         value = node.inputs[index]
-        if not value.is_const:
-            raise AtcError("E16002", f"Input {index} ({attr}) of node [{node.name}] ({node.op_type}) is "
-                           "computed at run time; only constant values are supported.",
-                           "Give the model static shapes (--input_shape) so it can be folded.")
-        node.attrs[attr] = value.const if op.array_config else value.const.tolist()
-    for index, _ in sorted(op.config_inputs, reverse=True):
-        if index < len(node.inputs):
-            node.set_input(index, None)
+        if value.is_const:
+            node.attrs[attr] = value.const if op.array_config else value.const.tolist()
+        elif id(value) in known and not op.array_config:
+            node.attrs[attr] = known[id(value)].tolist()
+        else:
+            runtime.add(index)
+            continue
+        moved.add(index)
+    for index in sorted(moved, reverse=True):
+        node.set_input(index, None)
     while node.inputs and node.inputs[-1] is None and len(node.inputs) > _min_data_inputs(op):
         node.drop_inputs_from(len(node.inputs) - 1)
-    if node.op_type == "Split" and "split" not in node.attrs and "num_outputs" not in node.attrs:
+    if node.op_type == "Split" and "split" not in node.attrs and "num_outputs" not in node.attrs \
+            and 1 not in runtime:
         node.attrs["num_outputs"] = len(node.outputs)
+    return runtime
 
 
 def _min_data_inputs(op: OpDef) -> int:
@@ -67,19 +90,19 @@ def input_types(node: Node) -> list:
             types.append(None)
             continue
         desc = value.desc
-        if desc.dtype is None or not desc.is_static():
-            raise InternalError(f"input [{value.name}] has no static type: every input is typed after import",
+        if desc.dtype is None or not desc.has_shape():
+            raise InternalError(f"input [{value.name}] has no type: every input is typed after import",
                                 node.name)
         types.append(TensorType(np.dtype(desc.dtype), tuple(desc.shape)))
     return types
 
 
-def _foldable(node: Node, op: OpDef) -> bool:
-    if not op.foldable:
+def _foldable(node: Node, op: OpDef, runtime: set) -> bool:
+    if not op.foldable or runtime:
         return False
     data = [v for v in node.inputs if v is not None]
     if node.op_type in _SHAPE_ONLY_OPS:
-        return True
+        return node.inputs[0].desc.is_static()
     return bool(data) and all(v.is_const for v in data) or (not data and node.op_type != "RandomNormal")
 
 
@@ -91,13 +114,21 @@ def _evaluate(node: Node, op: OpDef) -> list:
     return op.compute([v.const if v is not None else None for v in node.inputs], node.attrs)
 
 
-def _output_types(node: Node, op: OpDef, foldable: bool) -> list:
+def _output_types(node: Node, op: OpDef, foldable: bool, runtime: set, known: dict, graph: Graph) -> list:
     """The node's output types, without computing its outputs.  A rule says InvalidNode for
     the model's mistakes; any other exception out of it is a bug in the rule (E19999)."""
     try:
         if foldable and op.infer_values is not None:
             return op.infer_values([v.const if v is not None else None for v in node.inputs], node.attrs)
-        return op.infer(input_types(node), node.attrs)
+        types = input_types(node)
+        fresh = _fresh_symbols(graph, node)
+        if runtime or node.op_type in runtime_shapes.VALUE_DEPENDENT:
+            values = [shape_values.value_of(v, known) for v in node.inputs]
+            special = runtime_shapes.output_types(node.op_type, types, node.attrs, runtime, len(node.outputs),
+                                                  values, fresh)
+            if special is not None:
+                return special
+        return symbolic_infer.infer(op, types, node.attrs, fresh)
     except AtcError as err:
         raise at_node(err, node.name, node.op_type) from err
     except Exception as exc:
@@ -115,6 +146,8 @@ def _check_values(node: Node, op: OpDef) -> None:
                         input_types(node), node.attrs)
     except AtcError as err:
         raise at_node(err, node.name, node.op_type) from err
+    except SymbolicDimError:          # a bound that is a dynamic dim: the kernel checks it when it runs
+        return
     except Exception as exc:
         raise InternalError(f"the value check of {node.op_type} failed on inputs {_describe(node)}: "
                             f"{type(exc).__name__}: {exc}", node.name) from exc
@@ -125,14 +158,15 @@ def infer_and_fold(graph: Graph) -> int:
     were folded."""
     budget = current_budget()
     for value in graph.inputs:
-        budget.check_tensor(tensor_bytes(value.desc.shape, value.desc.dtype),
-                            f"Model input [{value.name}] of shape {list(value.desc.shape)}")
+        _check_budget(budget, value.desc.shape, value.desc.dtype,
+                      f"Model input [{value.name}] of shape {list(value.desc.shape)}")
     folded = 0
+    known: dict = {}          # id(value) -> object array: what a small int tensor holds symbolically
     for node in list(graph.nodes):
         op = op_def_for(node)
-        canonicalize(node, op)
-        foldable = _foldable(node, op)
-        types = _output_types(node, op, foldable)
+        runtime = canonicalize(node, op, known)
+        foldable = _foldable(node, op, runtime)
+        types = _output_types(node, op, foldable, runtime, known, graph)
         _check_values(node, op)
         if len(types) < len(node.outputs):
             raise InvalidNode(f"Node [{node.name}] ({node.op_type}) declares {len(node.outputs)} "
@@ -147,18 +181,42 @@ def infer_and_fold(graph: Graph) -> int:
             except Exception as exc:   # its shape rule accepted these inputs: the kernel has a bug
                 raise InternalError(f"constant folding of {node.op_type} failed on inputs {_describe(node)} "
                                     f"its shape rule accepts: {type(exc).__name__}: {exc}", node.name) from exc
-            for value, result in zip(node.outputs, results):
-                value.producer = None
-                value.set_const(np.require(result, requirements="C"))  # keeps 0-d arrays 0-d
-            node.outputs = []
-            node.detach()
-            graph.nodes.remove(node)
+            _fold(graph, node, results)
+            folded += 1
+            continue
+        contents = None if runtime else shape_values.propagate(node, [t.shape for t in types], known)
+        if contents is not None and not any(shape_values.has_symbols(c) for c in contents):
+            _fold(graph, node, [shape_values.concrete(c, t.dtype) for c, t in zip(contents, types)])
             folded += 1
             continue
         for value, ttype in zip(node.outputs, types):
             fmt = value.desc.format if value.desc.format != "ND" else _format_of(node, len(ttype.shape))
-            value.desc = TensorDesc(np.dtype(ttype.dtype), tuple(int(d) for d in ttype.shape), fmt)
+            value.desc = TensorDesc(np.dtype(ttype.dtype), static_dims(ttype.shape), fmt)
+        for value, content in zip(node.outputs, contents or ()):
+            known[id(value)] = content
     return folded
+
+
+def _fold(graph: Graph, node: Node, results: list) -> None:
+    """Turn the node's outputs into constants holding `results` and drop the node."""
+    for value, result in zip(node.outputs, results):
+        value.producer = None
+        value.set_const(np.require(result, requirements="C"))  # keeps 0-d arrays 0-d
+    node.outputs = []
+    node.detach()
+    graph.nodes.remove(node)
+
+
+def _fresh_symbols(graph: Graph, node: Node):
+    """fresh(lo, hi): a new "data" symbol for a dim of one of `node`'s outputs."""
+    base = re.sub(r"\W", "_", node.name, flags=re.ASCII).strip("_") or "dim"
+    if base[0].isdigit():
+        base = "d_" + base
+
+    def fresh(lo: int = 0, hi: Optional[int] = None) -> Dim:
+        return graph.new_symbol(base, lo, hi, origin="data")
+
+    return fresh
 
 
 class InferShapesAndFoldConstants(GraphPass):
@@ -166,7 +224,10 @@ class InferShapesAndFoldConstants(GraphPass):
     ensures = frozenset({TYPED, CANONICAL})
 
     def run(self, graph: Graph) -> PassResult:
-        return PassResult(self.name, infer_and_fold(graph))
+        folded = infer_and_fold(graph)
+        if not graph.is_dynamic:
+            graph.properties.add(STATIC)
+        return PassResult(self.name, folded)
 
 
 def _describe(node: Node) -> list:
@@ -177,12 +238,21 @@ def _check_shape(node: Node, value, ttype: TensorType, budget: Budget) -> None:
     """A shape rule fed odd attributes (negative pads, huge repeats) may give a negative dim or
     a tensor no int64 can size; that is the model's problem, not an internal error.  A
     tensor larger than the chip's memory can never run on it (E13023)."""
-    shape = [int(d) for d in ttype.shape]
-    if any(d < 0 for d in shape) or too_large(shape, ttype.dtype):
+    shape = list(static_dims(ttype.shape))
+    largest = max_tensor_bytes(shape, ttype.dtype)
+    if any(provably(d, "<", 0) for d in shape) or (largest is not None and largest > MAX_TENSOR_BYTES):
         raise InvalidNode(f"Node [{node.name}] ({node.op_type}) gives output [{value.name}] the shape "
                           f"{shape} (a negative dim, or more than {MAX_TENSOR_BYTES} bytes).")
-    budget.check_tensor(tensor_bytes(shape, ttype.dtype), f"Output [{value.name}] of node [{node.name}] "
-                        f"({node.op_type}), shape {shape} {np.dtype(ttype.dtype)},")
+    _check_budget(budget, shape, ttype.dtype, f"Output [{value.name}] of node [{node.name}] "
+                  f"({node.op_type}), shape {shape} {np.dtype(ttype.dtype)},")
+
+
+def _check_budget(budget: Budget, shape, dtype, what: str) -> None:
+    """A tensor must fit the chip's memory; a dynamic one at its largest (the ranges' maxima:
+    unbounded dims are checked when the model runs)."""
+    largest = max_tensor_bytes(shape, dtype)
+    if largest is not None:
+        budget.check_tensor(largest, what)
 
 
 def _format_of(node: Node, rank: int) -> str:

@@ -1,0 +1,265 @@
+"""Shapes known only at run time (issue 12, item 3): `-1` and ranges in --input_shape /
+--input_shape_range compile once to an .om that records unknown dims as GE does; config
+inputs computed at run time are read by their kernels; the simulator binds every size when
+it runs, matches onnxruntime at each shape and prices each run at its real sizes."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import atc_py
+import cli
+from builder import Net
+from codegen.om_import import load_om_graph, open_om
+from ge.errors import AtcError
+from ge.symbolic import Dim
+from helpers import fuse_model, run_ort
+from om_format import attrs as om_attrs
+from simulator import cli as sim_cli
+
+I64 = TensorProto.INT64
+
+
+def _attention_like_model() -> onnx.ModelProto:
+    """x [N, S, 16] -> MatMul + bias + Relu -> a Reshape whose target the exporter computes from
+    Shape(x) -> heads -> Softmax: what every transformer export does with a dynamic length."""
+    net = Net(opset=17)
+    x = net.input("x", ["N", "S", 16])
+    h = net.op("Relu", net.op("Add", net.op("MatMul", x, net.rand(16, 16)), net.rand(16)))
+    dims = net.op("Gather", net.op("Shape", x), net.const(np.array([0, 1], np.int64)), axis=0)
+    target = net.op("Concat", dims, net.const(np.array([4, 4], np.int64)), axis=0)
+    heads = net.op("Transpose", net.op("Reshape", h, target), perm=[0, 2, 1, 3])
+    return net.model(net.op("Softmax", heads, axis=-1))
+
+
+@pytest.fixture
+def attention_om(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(_attention_like_model(), path)
+    report = atc_py.compile(path, output=str(tmp_path / "m"), soc_version="Ascend910",
+                            input_shape="x:-1,1~64,16", precision_mode="force_fp32")
+    return path, str(tmp_path / "m.om"), report
+
+
+def test_minus_one_and_a_range_compile_once_and_match_onnxruntime_at_three_shapes(attention_om):
+    onnx_path, om, _ = attention_om
+    session = atc_py.InferSession(om)
+    model = onnx.load(onnx_path)
+    times = []
+    for n, s in [(1, 3), (4, 40), (16, 64)]:
+        x = np.random.default_rng(n).standard_normal((n, s, 16)).astype(np.float32)
+        got, = session.infer([x])
+        ref = list(run_ort(model, {"x": x}).values())[0]
+        assert got.shape == (n, 4, s, 4) and np.allclose(got, ref, atol=1e-5)
+        times.append(session.last_result.npu_time_ms["mean"])
+        assert session.last_result.dims == {"N": n, "S": s}
+    assert times[0] < times[1] < times[2]            # each run priced at its own sizes
+
+
+def test_the_om_records_unknown_dims_as_ge_does(attention_om, tmp_path):
+    _, om, report = attention_om
+    opened = open_om(om)
+    assert opened.om.header.is_unknow_model == 1
+    data = next(op for op in opened.model_def.graph[0].op if op.type == "Data")
+    desc = data.output_desc[0]
+    assert list(desc.shape.dim) == [-1, -1, 16]
+    attrs = om_attrs.get_attrs(desc.attr)
+    assert attrs["shape_range"] == [[0, -1], [1, 64], [16, 16]]        # GE's [lo, hi], -1 unbounded
+    assert attrs["_symbolic_shape"] == ["N", "S", "16"]
+    assert om_attrs.get_attrs(opened.model_def.attr)["_dim_symbols"] == ["N:0:-1:input", "S:1:64:input"]
+    graph = load_om_graph(om).graph
+    reshape = next(n for n in graph.nodes if n.op_type == "Reshape")
+    assert [str(d) for d in reshape.attrs["shape"]] == ["N", "S", "4", "4"]   # the expressions survive
+    assert report["dynamic"]["symbolic_matches"] == {"MatMulBiasAct": 1}
+    static = atc_py.compile(_attention_like_model(), output=str(tmp_path / "static"), soc_version="Ascend910",
+                            input_shape="x:2,8,16")
+    assert static["dynamic"] == {} and open_om(static["om"]).om.header.is_unknow_model == 0
+
+
+def test_the_report_says_what_it_priced_and_which_patterns_it_checked_on_symbols(attention_om, capsys):
+    onnx_path, _, _ = attention_om
+    out = os.path.join(os.path.dirname(onnx_path), "r")
+    assert cli.main([f"--model={onnx_path}", "--framework=5", f"--output={out}", "--soc_version=Ascend910",
+                     "--input_shape=x:-1,1~64,16", "--input_hint_shape=0:[2,32,16]", "--log=info"]) == 0
+    text = capsys.readouterr().out
+    assert "Dynamic shapes: N in [0, inf], S in [1, 64]" in text
+    assert "Priced at: x [2, 32, 16]" in text
+    assert "Patterns checked on symbolic dims: MatMulBiasAct 1" in text
+    assert "Simulated time (priced at):" in text and "Simulated time (ranges' low ends):" in text
+
+
+@pytest.mark.parametrize("flag", ["--input_shape_range=x:[-1,1~64,16]", "--input_shape_range=x:[-1],[1~64],16",
+                                  "--input_shape_range=[-1,1~64,16]"])
+def test_input_shape_range_forms_build_the_same_om(attention_om, flag, capsys, tmp_path):
+    onnx_path, om, _ = attention_om
+    os.makedirs(tmp_path / "ranged")
+    out = str(tmp_path / "ranged" / "m")             # the same name: the .om records it
+    args = [f"--model={onnx_path}", "--framework=5", f"--output={out}", "--soc_version=Ascend910",
+            "--precision_mode=force_fp32", flag, "--input_shape=x:4,8,16"]
+    assert cli.main(args) == 0
+    text = capsys.readouterr().out
+    assert "W10105" in text and "W10103" in text      # deprecated (GE's warning), overrides --input_shape
+    with open(om, "rb") as a, open(out + ".om", "rb") as b:
+        assert a.read() == b.read()
+
+
+@pytest.mark.parametrize("flag", ["--input_shape=x:-1,8~1,16", "--input_shape=x:-1,a~3,16",
+                                  "--input_shape_range=x:-1,1~64,16", "--input_shape_range=x:[-1,1~64~9,16]",
+                                  "--input_shape_range=x:[-2,1,16]"])
+def test_bad_ranges_are_e10048(attention_om, flag, capsys, tmp_path):
+    onnx_path, _, _ = attention_om
+    out = tmp_path / "bad"
+    assert cli.main([f"--model={onnx_path}", "--framework=5", f"--output={out}", "--soc_version=Ascend910", flag]) != 0
+    assert "E10048" in capsys.readouterr().out and not (tmp_path / "bad.om").exists()
+
+
+def test_a_range_whose_maximum_exceeds_the_chip_is_refused_an_unbounded_one_is_not(tmp_path):
+    net = Net()
+    model = net.model(net.op("Relu", net.input("x", ["N", 1 << 20])))
+    with pytest.raises(AtcError) as err:      # 1e6 x 1M float32 = 4 TB at the range's maximum
+        atc_py.compile(model, output=str(tmp_path / "big"), soc_version="Ascend910", input_shape="x:1~1000000,1048576")
+    assert err.value.code == "E13023"
+    atc_py.compile(model, output=str(tmp_path / "open"), soc_version="Ascend910", input_shape="x:-1,1048576")
+
+
+def test_atc_sim_takes_the_sizes_from_dymshape_or_files_and_refuses_what_does_not_fit(attention_om, capsys):
+    onnx_path, om, _ = attention_om
+    folder = os.path.dirname(om)
+    assert sim_cli.main(["--model", om, "--dymShape", "x:2,5,16", "--compare", onnx_path]) == 0
+    assert "compare PASS" in capsys.readouterr().out
+    np.save(os.path.join(folder, "x.npy"), np.ones((3, 9, 16), np.float32))
+    assert sim_cli.main(["--model", om, "--input", os.path.join(folder, "x.npy"), "--output",
+                         os.path.join(folder, "o")]) == 0
+    written = [f for f in os.listdir(os.path.join(folder, "o")) if f.endswith(".npy")]
+    assert len(written) == 1 and np.load(os.path.join(folder, "o", written[0])).shape == (3, 4, 9, 4)
+    for bad, code in ((["--dymShape", "x:2,65,16"], "E10001"),          # S outside 1~64
+                      (["--dymShape", "x:2,5,15"], "E10001"),           # a fixed dim
+                      ([], "E10001")):                                   # pure data needs sizes
+        capsys.readouterr()
+        assert sim_cli.main(["--model", om] + bad) == 1
+        assert code in capsys.readouterr().out
+
+
+def _conv_model() -> onnx.ModelProto:
+    net = Net(opset=17)
+    x = net.input("x", ["N", 3, "H", "W"])
+    conv = net.op("Conv", x, net.rand(8, 3, 3, 3), net.rand(8), pads=[1, 1, 1, 1])
+    bn = net.op("BatchNormalization", conv, net.const(np.ones(8) * 1.1), net.rand(8), net.rand(8),
+                net.const(np.ones(8) * 0.9))
+    pooled = net.op("GlobalAveragePool", net.op("Relu", bn))
+    return net.model(net.op("Gemm", net.op("Flatten", pooled), net.rand(10, 8), net.rand(10), transB=1))
+
+
+def test_conv_fusion_fires_on_a_dynamic_image_size_and_every_size_matches(tmp_path):
+    model = _conv_model()
+    report = atc_py.compile(model, output=str(tmp_path / "c"), soc_version="Ascend910",
+                            input_shape="x:1~2,3,16~32,16~32", precision_mode="force_fp32")
+    assert report["dynamic"]["symbolic_matches"].get("ConvBNReLU") == 1
+    session = atc_py.InferSession(str(tmp_path / "c.om"))
+    times = []
+    for n, h, w in [(1, 16, 16), (2, 20, 31), (2, 32, 32)]:
+        x = np.random.default_rng(h).standard_normal((n, 3, h, w)).astype(np.float32)
+        got, = session.infer([x])
+        assert np.allclose(got, list(run_ort(model, {"x": x}).values())[0], atol=1e-4)
+        times.append(session.last_result.npu_time_ms["mean"])
+    assert times[0] < times[1] < times[2]
+
+
+def test_symbolic_shapes_flow_through_the_fusion_pipeline():
+    graph, results = fuse_model(_attention_like_model(), input_shapes={"x": [-1, -1, 16]})
+    fused = next(n for n in graph.nodes if n.op_type.startswith("MatMulBias"))
+    n, s = graph.inputs[0].desc.shape[:2]
+    assert isinstance(n, Dim) and fused.outputs[0].desc.shape == (n, s, 16)
+    assert results["MatMulBiasActFusionPass"].symbolic_matches == 1
+
+
+# -- config inputs computed at run time ---------------------------------------------------------
+
+def _vi(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _single(op, inputs, outputs=("y",), **attrs) -> onnx.ModelProto:
+    node = helper.make_node(op, [i.name if i is not None else "" for i in inputs], list(outputs), **attrs)
+    graph = helper.make_graph([node], "g", [i for i in inputs if i is not None],
+                              [helper.make_empty_tensor_value_info(o) for o in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model
+
+
+def _x(*shape):
+    return np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+
+
+def _i(*values):
+    return np.array(values, np.int64)
+
+
+RUNTIME_CASES = {
+    "Reshape": (_single("Reshape", [_vi("x", [6, 64]), _vi("s", [2], I64)]),
+                [{"x": _x(6, 64), "s": _i(3, 128)}, {"x": _x(6, 64), "s": _i(384, 1)}, {"x": _x(6, 64), "s": _i(-1, 2)}]),
+    "Expand": (_single("Expand", [_vi("x", [64, 1]), _vi("s", [2], I64)]),
+               [{"x": _x(64, 1), "s": _i(64, 4)}, {"x": _x(64, 1), "s": _i(1, 70)}, {"x": _x(64, 1), "s": _i(64, 1)}]),
+    "Slice": (_single("Slice", [_vi("x", [50, 60]), _vi("a", [1], I64), _vi("b", [1], I64), _vi("c", [1], I64),
+                                _vi("d", [1], I64)]),
+              [{"x": _x(50, 60), "a": _i(1), "b": _i(40), "c": _i(1), "d": _i(1)},
+               {"x": _x(50, 60), "a": _i(-1), "b": _i(-100), "c": _i(0), "d": _i(-2)},
+               {"x": _x(50, 60), "a": _i(0), "b": _i(90), "c": _i(1), "d": _i(2)}]),
+    "Squeeze": (_single("Squeeze", [_vi("x", [1, 30, 1, 2]), _vi("a", [1], I64)]),
+                [{"x": _x(1, 30, 1, 2), "a": _i(0)}, {"x": _x(1, 30, 1, 2), "a": _i(2)},
+                 {"x": _x(1, 30, 1, 2), "a": _i(-2)}]),
+    "Unsqueeze": (_single("Unsqueeze", [_vi("x", [30, 2]), _vi("a", [2], I64)]),
+                  [{"x": _x(30, 2), "a": _i(0, 1)}, {"x": _x(30, 2), "a": _i(0, 3)}, {"x": _x(30, 2), "a": _i(-1, 1)}]),
+    "ReduceSum": (_single("ReduceSum", [_vi("x", [30, 40, 50]), _vi("a", [1], I64)], keepdims=0),
+                  [{"x": _x(30, 40, 50), "a": _i(0)}, {"x": _x(30, 40, 50), "a": _i(1)},
+                   {"x": _x(30, 40, 50), "a": _i(-1)}]),
+    "ReduceMean": (_single("ReduceMean", [_vi("x", [30, 40, 50]), _vi("a", [2], I64)]),
+                   [{"x": _x(30, 40, 50), "a": _i(0, 1)}, {"x": _x(30, 40, 50), "a": _i(1, 2)},
+                    {"x": _x(30, 40, 50), "a": _i(0, 2)}]),
+    "Split": (_single("Split", [_vi("x", [20, 60]), _vi("s", [2], I64)], ("p", "q"), axis=1),
+              [{"x": _x(20, 60), "s": _i(10, 50)}, {"x": _x(20, 60), "s": _i(30, 30)},
+               {"x": _x(20, 60), "s": _i(60, 0)}]),
+    "Tile": (_single("Tile", [_vi("x", [20, 30]), _vi("r", [2], I64)]),
+             [{"x": _x(20, 30), "r": _i(1, 1)}, {"x": _x(20, 30), "r": _i(2, 3)}, {"x": _x(20, 30), "r": _i(3, 1)}]),
+    "Pad": (_single("Pad", [_vi("x", [20, 30]), _vi("p", [4], I64)]),
+            [{"x": _x(20, 30), "p": _i(0, 1, 0, 2)}, {"x": _x(20, 30), "p": _i(5, 5, 5, 5)},
+             {"x": _x(20, 30), "p": _i(0, 0, 0, 0)}]),
+    "Resize": (_single("Resize", [_vi("x", [1, 1, 16, 16]), None, None, _vi("z", [4], I64)], mode="nearest"),
+               [{"x": _x(1, 1, 16, 16), "z": _i(1, 1, 32, 32)}, {"x": _x(1, 1, 16, 16), "z": _i(1, 1, 8, 24)},
+                {"x": _x(1, 1, 16, 16), "z": _i(1, 1, 16, 16)}]),
+    "TopK": (_single("TopK", [_vi("x", [30, 70]), _vi("k", [1], I64)], ("v", "i")),
+             [{"x": _x(30, 70), "k": _i(1)}, {"x": _x(30, 70), "k": _i(40)}, {"x": _x(30, 70), "k": _i(70)}]),
+    "ConstantOfShape": (_single("ConstantOfShape", [_vi("s", [2], I64)],
+                                value=helper.make_tensor("v", TensorProto.FLOAT, [1], [2.5])),
+                        [{"s": _i(20, 30)}, {"s": _i(1, 90)}, {"s": _i(40, 40)}]),
+    "Range": (_single("Range", [_vi("a", [], I64), _vi("b", [], I64), _vi("c", [], I64)]),
+              [{"a": np.array(0), "b": np.array(50), "c": np.array(1)},
+               {"a": np.array(3), "b": np.array(200), "c": np.array(4)},
+               {"a": np.array(10), "b": np.array(0), "c": np.array(-3)}]),
+    "NonZero": (_single("NonZero", [_vi("x", [30, 40])]),
+                [{"x": (_x(30, 40) > 0).astype(np.float32)}, {"x": np.zeros((30, 40), np.float32)},
+                 {"x": np.ones((30, 40), np.float32)}]),
+}
+
+
+@pytest.mark.parametrize("op", sorted(RUNTIME_CASES))
+def test_config_inputs_computed_at_run_time_are_read_by_the_kernel(op, tmp_path):
+    model, runs = RUNTIME_CASES[op]
+    atc_py.compile(model, output=str(tmp_path / "m"), soc_version="Ascend910", precision_mode="force_fp32")
+    session = atc_py.InferSession(str(tmp_path / "m.om"))
+    assert session.model.graph.is_dynamic
+    shapes, times = set(), []
+    for feeds in runs:
+        got = session.infer(feeds)
+        ref = list(run_ort(model, feeds).values())
+        for g, r in zip(got, ref):
+            assert g.shape == r.shape and np.allclose(g, r, rtol=1e-5, atol=1e-5), (op, feeds)
+        shapes.add(tuple(g.shape for g in got))
+        times.append(session.last_result.npu_time_ms["mean"])
+    assert len(shapes) >= 2 and all(t >= 0 for t in times)
