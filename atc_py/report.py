@@ -30,7 +30,8 @@ UB_FUSION_PASSES = {"AutoFusePass"}   # autofuse's kernels are UB (buffer) fusio
 
 @dataclass
 class FusionReport:
-    patterns: list                 # dicts: pattern, pass, matched, effect, fused_into, disabled_by, speedup
+    patterns: list                 # dicts: pattern, pass, matched (GE's match_times: every candidate),
+                                   # effect (the fused ones), misses, fused_into, disabled_by, speedup
     ops_before: int
     ops_after: int
     kernels_before: int
@@ -96,7 +97,7 @@ def build_report(result, soc_version: str, precision_mode: str, super_kernel_sco
             "fused_into": sorted({n.op_type for n in fused}) or sorted(outcome.fused_types),
             "disabled_by": outcome.disabled_by,
             "speedup": (t_unfused / t_fused) if t_fused > 0 else 1.0,
-            "misses": len(outcome.misses),
+            "misses": len(outcome.misses), "rejected": outcome.rejected, "held": outcome.held,
         })
     misses = [m for outcome in fusion_outcomes(result) for m in outcome.misses]
     overrides = result.plan.overrides(result.graph) if result.plan is not None else []
@@ -130,16 +131,19 @@ def report_lines(report: FusionReport) -> list:
     """The report in the seeds' exact line format (without the [GE] prefix)."""
     lines = ["Graph Fusion Report:", ""]
     for p in report.patterns:
+        # "Matched" counts the matches that were fused (GE's effect_times); candidates a check
+        # refused, and candidates a switch held, are counted on their own lines.
         lines.append(f"Pattern: {p['pattern']}")
-        lines.append(f"Matched: {p['matched']} times")
+        lines.append(f"Matched: {p['effect']} times")
+        if p["rejected"]:
+            lines.append(f"Rejected: {p['rejected']} candidate(s) failed a check (--log=debug shows why)")
+        if p["held"]:
+            lines.append(f"Switched off: {p['held']} candidate(s) (disabled by {p['disabled_by']})")
         if p["effect"]:
             lines.append(f"Fused into: {', '.join(p['fused_into'])}")
             lines.append(f"Estimated speedup: {p['speedup']:.2f}x")
-        elif p["disabled_by"]:
-            lines.append(f"Fused into: none (disabled by {p['disabled_by']})")
-            lines.append("Estimated speedup: 1.00x")
         else:
-            lines.append(f"Fused into: none ({p['misses']} candidate(s) failed a check; --log=debug shows why)")
+            lines.append("Fused into: none")
             lines.append("Estimated speedup: 1.00x")
         lines.append("")
     lines.append(f"Total operators before fusion: {report.ops_before}")

@@ -84,7 +84,8 @@ class FusionResult(PassResult):
     off, every miss with its reason, and the nodes it created.  `changes` counts rewrites."""
 
     pattern_name: str = ""
-    match_times: int = 0
+    match_times: int = 0           # every candidate: fused, refused by a check, or held by a switch
+    held: int = 0                  # candidates a switch kept unfused
     disabled_by: str = ""
     misses: list = field(default_factory=list)
     fused_nodes: list = field(default_factory=list)    # names of the nodes it created
@@ -94,6 +95,11 @@ class FusionResult(PassResult):
     @property
     def effect_times(self) -> int:
         return self.changes
+
+    @property
+    def rejected(self) -> int:
+        """Candidates a check refused (each has a Miss; `misses` may also explain non-candidates)."""
+        return self.match_times - self.changes - self.held
 
     def record_effect(self, node) -> None:
         """Count one rewrite that produced `node`."""
@@ -174,6 +180,7 @@ class FusionPass(GraphPass):
             why = self.disabled_by() or self.switches.why_disabled(self.pass_name, found.fused_op)
             if why:
                 result.disabled_by = why
+                result.held += 1
                 for node in found.nodes:    # later passes (autofuse) leave a switched-off pattern as it was
                     node.provenance.setdefault("held_by", f"{self.pass_name} ({why})")
                 continue

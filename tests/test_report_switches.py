@@ -19,6 +19,8 @@ from om_format.schema import ModelDef
 from helpers import netron_open
 
 REPORT_LINE = re.compile(r"^\[GE\]( (Pattern: \w+|Matched: \d+ times|Fused into: .+|Estimated speedup: \d+\.\d\dx|"
+                         r"Rejected: \d+ candidate\(s\) failed a check \(--log=debug shows why\)|"
+                         r"Switched off: \d+ candidate\(s\) \(disabled by .+\)|"
                          r"Total operators (before|after) fusion: \d+|Kernel launches (before|after) fusion: \d+|"
                          r"Overall speedup: \d+\.\d\dx|Graph Fusion Report:))?$")
 
@@ -79,9 +81,26 @@ def test_disable_list_restores_the_unfused_kernels(workdir, capsys, monkeypatch)
     assert "ConvBNReluFusionOp" not in types
     # ConvPoolFC builds on a fused conv block, so with ConvBNReLU off the head stays unfused too.
     assert types.count("Conv") == 3 and types.count("BatchNormalization") == 3 and types.count("Relu") == 3
-    assert "Fused into: none (disabled by GE_FUSION_DISABLE_LIST)" in text
+    block = text.split("Pattern: ConvBNReLU")[1].split("[GE]\n")[0]
+    assert "Matched: 0 times" in block and "Fused into: none" in block
+    assert "Switched off: 3 candidate(s) (disabled by GE_FUSION_DISABLE_LIST)" in block
     content = json.loads((workdir / "fusion_result.json").read_text())
-    assert content["session_and_graph_id_0_0"]["graph_fusion"]["ConvBNReluFusionPass"]["effect_times"] == "0"
+    assert content["session_and_graph_id_0_0"]["graph_fusion"]["ConvBNReluFusionPass"] == \
+        {"effect_times": "0", "match_times": "3"}        # GE's counts: every match vs the rewritten ones
+
+
+def test_matched_counts_fused_matches_and_rejected_ones_have_their_own_line(workdir, capsys):
+    """The first conv block's conv output is also a model output: that candidate is refused
+    (NF2001), the other two fuse.  "Matched" says 2, "Rejected" 1; fusion_result.json keeps
+    GE's match_times (3) and effect_times (2)."""
+    rc, text = atc(capsys, "--log=debug", "--out_nodes=/layers/layers.0/conv/Conv:0;/layers/layers.5/Gemm:0")
+    assert rc == 0, text
+    block = text.split("Pattern: ConvBNReLU")[1].split("Pattern:")[0]
+    assert "Matched: 2 times" in block and "Rejected: 1 candidate(s) failed a check" in block
+    assert "fusion miss NF2001" in text
+    content = json.loads((workdir / "fusion_result.json").read_text())
+    assert content["session_and_graph_id_0_0"]["graph_fusion"]["ConvBNReluFusionPass"] == \
+        {"effect_times": "2", "match_times": "3"}
 
 
 def test_switch_file_all_off_then_one_on(workdir, capsys):
