@@ -125,7 +125,8 @@ def main(argv=None) -> int:
         with cleanup_on_signals():   # SIGTERM/SIGINT: no temp file is left behind
             options = parse_args(argv)
             from atc_py.api import run
-            run(options)
+            from atc_py.progress_display import TerminalProgress
+            run(options, progress=TerminalProgress.for_stderr())
     except AtcError as err:
         print(FAIL_LINE)
         print(err.render())

@@ -67,15 +67,16 @@ def make_options(**kwargs) -> AtcOptions:
     return AtcOptions(**given, no_effect=no_effect)
 
 
-def run(options: AtcOptions, log=None):
+def run(options: AtcOptions, log=None, progress=None):
     """Validate and do what `options.mode` asks (cli.py's whole job after parsing).  For
-    --mode=0 returns the report as data (see `report_data`); else None."""
+    --mode=0 returns the report as data (see `report_data`); else None.  `progress` (a
+    ge.progress.Progress) is told the stages of a compile."""
     from atc_py import driver
     options.validate()
     if options.mode != "0":
         driver.run(options)
         return None
-    result, fusion_report = driver.generate_om(options, log)
+    result, fusion_report = driver.generate_om(options, log, progress)
     if options.gears is not None:
         return gear_report_data(options, result, fusion_report)
     return report_data(options, result, fusion_report)

@@ -18,6 +18,7 @@ from fusion_passes import pipeline
 from fusion_passes.switches import FusionSwitches, load_switches
 from ge.dynamic import hint_values, representative_values
 from ge.errors import AtcError
+from ge.files import release_mapped
 from ge.ir import Graph
 from ge.limits import Budget, use_budget
 from ge.onnx_import import (import_model, input_names, load_model, parse_input_hint_shape, parse_input_shape,
@@ -25,6 +26,7 @@ from ge.onnx_import import (import_model, input_names, load_model, parse_input_h
 from ge.passes import run_generic
 from ge.passes.contract import run_passes
 from ge.passes.dead_code import remove_dead_nodes
+from ge.progress import current_progress
 from simulator.cost_model import load_chip
 
 
@@ -102,16 +104,21 @@ def prepare_graph(options: AtcOptions, model=None, input_shape: Optional[str] = 
     """Load (unless `model` is given), import with `input_shape` (a gear's; default
     --input_shape or --input_shape_range), apply the I/O flags, run the generic passes and
     insert the Aipp ops; returns (graph, changes, onnx node count, io)."""
+    current_progress().stage("Loading the model")
     model = model if model is not None else load_model(options.model)
     shapes = parse_input_shape(input_shape) if input_shape else input_shapes(options, model)
+    current_progress().stage("Importing the graph")
     graph = import_model(model, shapes, options.input_format)
+    onnx_nodes = len(model.proto.graph.node)
+    del model                             # the parsed protobuf; the graph's weights stay mapped
     apply_out_nodes(graph, options.out_nodes)
     io = apply_io_flags(graph, options)
     changes = run_generic(graph)
+    release_mapped()                      # folding read some weights: they need not stay resident
     if options.parsed.get("aipp"):        # after folding: AIPP feeds the model as it runs
         from atc_py.aipp_insert import insert_aipp_ops
         io["aipp"] = insert_aipp_ops(graph, options.parsed["aipp"], options.input_format)
-    return graph, changes, len(model.graph.node), io
+    return graph, changes, onnx_nodes, io
 
 
 def input_shapes(options: AtcOptions, model) -> dict:
@@ -206,7 +213,8 @@ def _compile(options: AtcOptions, build: bool, model=None, input_shape: Optional
     switches = switches_from_env(options)
     graph, changes, onnx_nodes, io = prepare_graph(options, model, input_shape)
     unfused = graph.clone()
-    results = run_passes(graph, pipeline.fusion_passes(switches))
+    results = run_passes(graph, pipeline.fusion_passes(switches), stage="Fusion passes")
+    release_mapped()                      # fusions that repack weights read them
     origin_types = {n.name: n.op_type for n in unfused.nodes}
     plan = plan_precision(graph, origin_types, options)
     unfused_plan = plan_precision(unfused, origin_types, options)
@@ -225,6 +233,7 @@ def _compile(options: AtcOptions, build: bool, model=None, input_shape: Optional
         hints = parse_input_hint_shape(options.input_hint_shape) if options.input_hint_shape else {}
         result.priced_at = representative_values(graph, hint_values(graph, hints))
     if build:
+        current_progress().stage("Building the model")
         name = os.path.basename(options.output) or graph.name
         result.partitions = build_partitions(graph, name, options.soc_version, options.precision_mode,
                                              extra_attrs=model_attrs(options, io),

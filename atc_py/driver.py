@@ -13,32 +13,59 @@ def run(options: AtcOptions):
     return {"0": generate_om, "1": om_to_json, "3": pre_check, "6": display_model_info}[options.mode](options)
 
 
-def generate_om(options: AtcOptions, log=None):
+def generate_om(options: AtcOptions, log=None, progress=None):
     """Compile, price the report, then write the .om and its companions as one set of
-    outputs: if any write fails, nothing of this run is left behind.  Returns
+    outputs: if any write fails, nothing of this run is left behind.  `progress` (a
+    ge.progress.Progress; atc gives its terminal display) is told each stage.  Returns
     (CompileResult, FusionReport)."""
+    from ge.progress import Progress, use_progress
+
+    with use_progress(progress or Progress()) as shown:
+        return _generate_om(options, log, shown)
+
+
+# While the .om is streamed out, the weights it has read are dropped from memory this often.
+_RELEASE_EVERY_BYTES = 64 << 20
+
+
+def _generate_om(options: AtcOptions, log, progress):
     from atc_py import log as atc_log
     from atc_py import report
     from atc_py.compiler import compile_model
-    from om_format.container import build_om
+    from ge.files import release_mapped
+    from om_format.container import stream_om
 
     log = log or atc_log.Logger.from_options(options)
     if options.gears is not None:
         return generate_gear_om(options, log)
     result = compile_model(options)
+    progress.close()                        # stdout's lines start on a clean line
     for warning in result.warnings:
         log.warning(str(warning))
     for huawei, ours in sorted(result.switches.mapped.items()):
         log.info(f"--fusion_switch_file: Huawei pass [{huawei}] is taken as [{ours}].")
+    progress.stage("Pricing the fusion report")
     fusion_report = report.build_report(result, options.soc_version, options.precision_mode,
                                         options.super_kernel_scope)
+    progress.close()
     report.print_report(fusion_report, log)
+    released = [0]
+
+    def written(done: int, total: int) -> None:
+        progress.update(done, total)
+        if done - released[0] >= _RELEASE_EVERY_BYTES:
+            release_mapped()
+            released[0] = done
+
     with Outputs() as out:
         out.make_folder(os.path.dirname(os.path.abspath(options.om_path)), "--output")
-        out.write_bytes(options.om_path, build_om(result.partitions.as_dict(), name=os.path.basename(options.output),
-                                                  ops=len(result.graph.nodes), platform_version=options.soc_version,
-                                                  is_dynamic=result.partitions.dynamic),
-                        "--output")
+        progress.stage(f"Writing {options.om_path}")
+        with out.open(options.om_path, "--output") as f:   # streamed: the weights are never copied
+            stream_om(f, result.partitions.as_dict(), name=os.path.basename(options.output),
+                      ops=len(result.graph.nodes), platform_version=options.soc_version,
+                      is_dynamic=result.partitions.dynamic, on_bytes=written)
+        release_mapped()
+        progress.close()
         report.write_companions(result, options, log, out)
     return result, fusion_report
 

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from ge.errors import AtcError
-from ge.onnx_import import load_model, normalize_opset
+from ge.onnx_import import OnnxModel, load_model, normalize_opset
 from ge.ops.registry import get_op
 
 
 def check_model(options) -> tuple:
     """Returns (report dict, all supported?)."""
-    model = normalize_opset(load_model(options.model))
+    loaded = load_model(options.model)
+    model = normalize_opset(loaded)
     nodes = []
     for index, node in enumerate(model.graph.node):
         name = node.name or f"{node.op_type}_{index}"
@@ -26,7 +27,8 @@ def check_model(options) -> tuple:
         from ge.passes import run_generic
         try:
             from atc_py.compiler import input_shapes
-            run_generic(import_model(model, input_shapes(options, model), options.input_format))
+            run_generic(import_model(OnnxModel(model, loaded.weights), input_shapes(options, model),
+                                     options.input_format))
         except AtcError as err:
             graph_result = {"result": "failed", "reason": err.render()}
     supported = sum(n["supported"] for n in nodes)

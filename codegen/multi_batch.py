@@ -138,7 +138,7 @@ def build_gear_partitions(gears: list, layout: GearLayout, model_name: str, soc_
     root.input.append(SHAPE_DATA)
 
     table = np.asarray([v for g in gears for v in g.values], dtype=np.int32)
-    offset, size = weights.add_bytes(om_attrs.tensor_def(table).data)
+    offset, size = weights.add(table)
     op = root.op.add(name=SHAPE_CONST, type="Const", id=len(root.op))
     tensor = om_attrs.tensor_def(table, SHAPE_CONST)
     tensor.data = b""
@@ -202,5 +202,5 @@ def build_gear_partitions(gears: list, layout: GearLayout, model_name: str, soc_
         how = Lowering(suffix=f"{NODE_POSTFIX}{i}", op_attrs={"_batch_label": label}, data_attrs=data_attrs,
                        output_attrs=lambda k, value: {"_parent_node_index": k})
         lower_graph(gear.graph, model.graph.add(name=label), weights, tasks, gear.dtype_of, super_kernel_scope, how)
-    tasks.weight_size = len(weights.bytes())
-    return OmPartitions(model, weights.bytes(), tasks, len(tasks.task))
+    tasks.weight_size = weights.nbytes
+    return OmPartitions(model, weights, tasks, len(tasks.task))

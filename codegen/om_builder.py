@@ -24,7 +24,7 @@ from ge.ops.registry import OpKind
 from ge.ir import Graph, Node, Value
 from om_format import attrs as om_attrs
 from om_format.container import PartitionType
-from om_format.schema import ModelDef, ModelTaskDef
+from om_format.schema import ModelDef, ModelTaskDef, TensorDef
 from om_format.weights import WeightsBuilder
 
 # What each ATC precision mode makes a float kernel compute in (see ARCHITECTURE.md).
@@ -51,7 +51,7 @@ def compute_dtype(node: Node, precision_mode: str) -> np.dtype:
 @dataclass
 class OmPartitions:
     model_def: ModelDef
-    weights: bytes
+    weights: WeightsBuilder       # views of the constants, streamed into the .om (bytes() for a copy)
     tasks: ModelTaskDef
     kernel_count: int
     dynamic: bool = False          # some tensor size is known only at run time (header is_unknow_model)
@@ -73,8 +73,8 @@ def build_partitions(graph: Graph, model_name: str, soc_version: str, precision_
     weights = WeightsBuilder()
     tasks = ModelTaskDef(version="atc_py-1", soc_version=soc_version, precision_mode=precision_mode)
     lower_graph(graph, model.graph.add(name=graph.name), weights, tasks, dtype_of, super_kernel_scope)
-    tasks.weight_size = len(weights.bytes())
-    return OmPartitions(model, weights.bytes(), tasks, len(tasks.task), dynamic=graph.is_dynamic)
+    tasks.weight_size = weights.nbytes
+    return OmPartitions(model, weights, tasks, len(tasks.task), dynamic=graph.is_dynamic)
 
 
 def new_model_def(model_name: str, soc_version: str, precision_mode: str, extra_attrs: Optional[dict]) -> ModelDef:
@@ -123,11 +123,11 @@ def lower_graph(graph: Graph, g, weights: WeightsBuilder, tasks: ModelTaskDef,
 
     def const_ref(value: Value) -> str:
         if id(value) not in refs:
-            array = np.ascontiguousarray(value.const).reshape(np.shape(value.const))  # keeps 0-d scalars 0-d
-            offset, size = weights.add_bytes(om_attrs.tensor_def(array).data)
+            array = value.const
+            offset, size = weights.add(array)        # a view: the bytes are streamed when the .om is written
             op = g.op.add(name=value.name + suffix, type="Const", id=len(g.op))
-            tensor = om_attrs.tensor_def(array, value.name)
-            tensor.data = b""
+            tensor = TensorDef()
+            tensor.desc.CopyFrom(om_attrs.tensor_desc(value.name, array.dtype, array.shape))
             tensor.desc.data_offset, tensor.desc.weight_size = offset, size
             op.attr["value"].t.CopyFrom(tensor)
             if common:

@@ -20,8 +20,8 @@ from codegen import dynamic_om
 from codegen.registry import kernel_by_om_type
 from ge.errors import AtcError, InternalError, om_format_error
 from ge.ir import Graph, Node, TensorDesc, Value
-from ge.files import read_input
-from ge.limits import MAX_TENSOR_BYTES, current_budget, too_large
+from ge.files import map_input
+from ge.limits import HOST_COPIES, MAX_TENSOR_BYTES, current_budget, too_large
 from ge.ops.common import FLOAT_TYPES
 from ge.ops.registry import OpDef, TensorType
 from om_format import attrs as om_attrs
@@ -48,16 +48,28 @@ class OpenedOm:
 
 def open_om(source, param: str = "--model") -> OpenedOm:
     """Read and parse an .om (path or bytes); anything wrong with the bytes is E10003.  A path
-    must name a regular file that fits the host budget (ge.files: E13026, E13015)."""
+    must name a regular file (ge.files: E13026); it is memory-mapped, so the weights are
+    never copied: the graph's constants are views of the map.  The protobuf partitions are
+    parsed into memory, so they must fit the host budget."""
     where = "The .om data"
+    mapped = None
+    budget = current_budget()
     if not isinstance(source, (bytes, bytearray, memoryview)):
         where = f"File [{os.fspath(source)}]"
-        source = read_input(os.fspath(source), param, current_budget().file_bytes, missing_code="E10003")
+        mapped = map_input(os.fspath(source), param, missing_code="E10003")
+        budget.check_mapped(mapped.size, f"Model [{mapped.path}]")
+        source = mapped.buffer
     try:
         om = read_om(source, where=where)
+        parsed = sum(len(data) for ptype, data in om.partitions.items() if ptype != PartitionType.WEIGHTS_DATA)
+        budget.check_host(parsed * HOST_COPIES, f"The host memory to parse the model and task partitions of {where} "
+                          f"(about {HOST_COPIES}x their {parsed} bytes)")
         return OpenedOm(om, load_model_def(om), load_task_def(om))
     except OmFormatError as exc:
         raise om_format_error(exc) from exc
+    finally:
+        if mapped is not None:
+            mapped.release()     # the checksum read every page: none of them needs to stay resident
 
 
 @dataclass

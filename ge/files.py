@@ -19,12 +19,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import mmap
 import os
 import re
 import secrets
 import signal
 import stat
 import threading
+import weakref
 from typing import BinaryIO, Optional
 
 from ge.errors import AtcError
@@ -96,6 +98,63 @@ def read_input(path: str, param: str, max_bytes: Optional[int] = None, missing_c
             raise AtcError("E13003", f"Failed to read file [{path}] ({param}). Reason: {exc.strerror}.",
                            "Check the file.") from None
     return data
+
+
+class MappedFile:
+    """A regular file mapped read-only: its bytes are read by the kernel as they are used,
+    shared with the page cache and never copied into this process (weights of any size).
+
+    `view(offset, length)` checks the range against the size the file had when mapped, so a
+    range read from a file can never reach past the map.  `release()` drops the pages this
+    process has touched (they stay in the page cache; touching them again reads them back),
+    so memory-mapped weights do not pile up in the resident set as a run walks over them.
+    The map stays valid while any view of it lives; the file must not be truncated
+    meanwhile (as for every memory-mapped reader)."""
+
+    def __init__(self, path: str, f: BinaryIO):
+        self.path = path
+        self.size = os.fstat(f.fileno()).st_size
+        self._map = mmap.mmap(f.fileno(), self.size, access=mmap.ACCESS_READ) if self.size else None
+        self.buffer = memoryview(self._map) if self._map is not None else memoryview(b"")
+        if self._map is not None:
+            _MAPS.add(self._map)   # the map lives as long as a view of it does, this object or not
+
+    def view(self, offset: int, length: int) -> memoryview:
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise ValueError(f"range [{offset}, {offset + length}) is outside the {self.size}-byte file {self.path}")
+        return self.buffer[offset:offset + length]
+
+    def release(self) -> None:
+        if self._map is not None:
+            _release(self._map)
+
+
+_MAPS: "weakref.WeakSet[mmap.mmap]" = weakref.WeakSet()
+
+
+def _release(mapped: mmap.mmap) -> None:
+    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        with contextlib.suppress(OSError, ValueError):   # ValueError: closed meanwhile
+            mapped.madvise(mmap.MADV_DONTNEED)
+
+
+def release_mapped() -> None:
+    """Drop the touched pages of every file this process still has mapped (see
+    MappedFile.release): called between stages and while an .om is streamed out."""
+    for mapped in list(_MAPS):
+        _release(mapped)
+
+
+def map_input(path: str, param: str, max_bytes: Optional[int] = None, missing_code: str = "E10001") -> MappedFile:
+    """Map a regular file read-only after the same checks as `open_input` (a FIFO or device
+    is refused, the size checked against `max_bytes`)."""
+    with open_input(path, param, max_bytes, missing_code) as f:
+        try:
+            return MappedFile(path, f)
+        except (OSError, ValueError) as exc:
+            raise AtcError("E13003", f"Failed to map file [{path}] ({param}) into memory. Reason: "
+                           f"{getattr(exc, 'strerror', None) or exc}.",
+                           "Check the file, and the address space this process may use (ulimit -v).") from None
 
 
 # --------------------------------------------------------------------------- outputs

@@ -30,11 +30,17 @@ import numpy as np
 from ge.errors import AtcError
 
 MAX_TENSOR_BYTES = (1 << 63) - 1
-# Peak host memory of a compile, in multiples of the ONNX file's size: the parsed protobuf,
-# the numpy weights, the fp16 copy and the .om being assembled (measured: a 512 MB weight
-# peaks at 2.7 GB RSS, 5.2x, with the interpreter included).  A file is refused when this
-# multiple does not fit the host budget.
+# Peak host memory of a compile, in multiples of the bytes it parses into memory (the
+# protobuf of the model and of the .om, the tensors that are not memory-mapped, the arrays
+# made from them; measured before weights were mapped: 5.2x for BERT-base).  A file is
+# refused when this multiple does not fit the host budget.
 HOST_COPIES = 6
+# Weights read through a memory map (ge.files.MappedFile) cost address space, not memory:
+# the kernel pages them in from the page cache and drops them again.  Fusions that repack
+# weights (a packed Q|K|V, a gate|up GEMM) may copy up to all of them once, so mapped bytes
+# also count this many times against the host's memory (and once more against its
+# address space, which the map itself takes).
+MAPPED_COPIES = 1
 # What a simulator run allocates besides its live tensors: a kernel's temporaries and
 # compute-dtype copies of its inputs, in multiples of the largest tensor.
 KERNEL_TEMPORARIES = 3
@@ -86,6 +92,14 @@ def _cgroup_room() -> Optional[int]:
         return None
 
 
+def address_space_bytes() -> Optional[int]:
+    """Bytes this process may still map (room under RLIMIT_AS); None when unlimited."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return max(soft - _proc_status_kb("VmSize") * 1024, 0)
+
+
 def host_memory_bytes() -> int:
     """Bytes this process may still allocate: the least of physical RAM, the room left under
     RLIMIT_AS (address space) and RLIMIT_DATA, and the cgroup's limit."""
@@ -116,18 +130,14 @@ class Budget:
     host_bytes: int
     device_bytes: Optional[int] = None
     device: str = ""
+    address_bytes: Optional[int] = None     # what it may still map (ulimit -v); None: unlimited
 
     @classmethod
     def of_host(cls) -> "Budget":
-        return cls(host_bytes=host_memory_bytes())
+        return cls(host_bytes=host_memory_bytes(), address_bytes=address_space_bytes())
 
     def with_device(self, nbytes: int, name: str) -> "Budget":
         return replace(self, device_bytes=int(nbytes), device=name)
-
-    @property
-    def file_bytes(self) -> int:
-        """The largest model file a compile may read."""
-        return self.host_bytes // HOST_COPIES
 
     def check_tensor(self, nbytes: int, what: str, solution: str = "") -> None:
         """A tensor the chip must hold: at most the chip's memory (and int64 bytes)."""
@@ -137,6 +147,16 @@ class Budget:
                      else "the int64 size field of a tensor")
             raise exceeds(what, nbytes, limit, where,
                           solution or "Give smaller input shapes (--input_shape) or check the node's attributes.")
+
+    def check_mapped(self, nbytes: int, what: str, solution: str = "") -> None:
+        """Bytes this process is about to memory-map (weights): the map and what fusions may
+        copy of it must fit the address space, the copies the host's memory (MAPPED_COPIES)."""
+        solution = solution or "Run on a host with more memory, or raise the address-space limit (ulimit -v)."
+        if self.address_bytes is not None and nbytes * (1 + MAPPED_COPIES) > self.address_bytes:
+            raise exceeds(what, nbytes * (1 + MAPPED_COPIES), self.address_bytes,
+                          f"the address space this process may still use (ulimit -v), for the map and "
+                          f"{MAPPED_COPIES}x its size in copies", solution)
+        self.check_host(nbytes * MAPPED_COPIES, what, solution)
 
     def check_host(self, nbytes: int, what: str, solution: str = "") -> None:
         """Memory this process is about to allocate: at most what the host lets it use."""

@@ -12,19 +12,22 @@ import math
 import os
 import re
 from collections import Counter
-from typing import NamedTuple, Optional
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional, Union
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ge.errors import AtcError
+from ge import onnx_weights
+from ge.errors import AtcError, InternalError
 from ge.ir import Graph, Node, TensorDesc, Value
 from ge.symbolic import Dim, is_symbol_name
 from ge.ops.registry import all_ops, get_op
 from ge.limits import HOST_COPIES, MAX_TENSOR_BYTES, current_budget, too_large
+from ge.onnx_weights import MappedWeights
 from om_format.attrs import to_ge_dtype
-from ge.files import check_input, open_input, read_input
+from ge.files import check_input, map_input, open_input
 
 MIN_OPSET, MAX_OPSET = 13, 21
 _MAX_EXTERNAL_BYTES = 1 << 40
@@ -38,26 +41,47 @@ def onnx_dtype(elem_type: int) -> np.dtype:
                        "Convert the model to standard numeric types.")
 
 
-def load_model(path: str) -> onnx.ModelProto:
-    """Read and parse an ONNX file, resolving external data inside the model's folder only."""
+@dataclass
+class OnnxModel:
+    """A parsed ONNX model whose large initializers stay in their files (ge.onnx_weights):
+    `proto` marks them, `weights` holds the views; hand both to `import_model`."""
+
+    proto: onnx.ModelProto
+    weights: MappedWeights = field(default_factory=MappedWeights)
+
+
+def load_model(path: str, map_min_bytes: Optional[int] = None) -> OnnxModel:
+    """Read and parse an ONNX file, resolving external data inside the model's folder only.
+    Initializers of at least `map_min_bytes` (default onnx_weights.MAP_MIN_BYTES) are
+    memory-mapped, in the file itself or in their external data file, never copied."""
+    map_min_bytes = onnx_weights.MAP_MIN_BYTES if map_min_bytes is None else map_min_bytes
+    budget = current_budget()
     size = check_input(path, "--model").st_size
-    current_budget().check_host(size * HOST_COPIES, f"The host memory to convert model [{path}] (about "
-                                f"{HOST_COPIES}x its {size}-byte file)")
-    data = read_input(path, "--model")
+    budget.check_mapped(size, f"Model file [{path}]")
+    mapped = map_input(path, "--model")
     model = onnx.ModelProto()
     try:
-        model.ParseFromString(data)
+        try:
+            parsed, weights = onnx_weights.skeleton(mapped.buffer, map_min_bytes)
+        except onnx_weights.WireFormatUnsupported:   # protobuf parses it whole and says what is wrong
+            parsed, weights = mapped.buffer, MappedWeights()
+        budget.check_host(len(parsed) * HOST_COPIES, f"The host memory to convert model [{path}] (about "
+                          f"{HOST_COPIES}x the {len(parsed)} bytes of it that are parsed)")
+        model.ParseFromString(parsed)
+    except AtcError:
+        raise
     except Exception as exc:  # protobuf raises DecodeError (or RuntimeWarning-like) on bad bytes
         raise AtcError("E16001", f"Failed to parse model file [{path}] as ONNX: {exc}.",
                        "Check that the file is a complete ONNX model (not truncated).")
-    del data   # the parsed message holds its own copy
+    del parsed
     if not model.HasField("graph") or not model.opset_import or len(model.graph.node) == 0:
         raise AtcError("E16001", f"Model file [{path}] is not a valid ONNX model: it has no graph, "
                        "no nodes or no opset_import.",
                        "Check that the file is a complete ONNX model (not truncated).")
     _check_text(model, path)
-    _load_external_data(model, os.path.dirname(os.path.abspath(path)))
-    return model
+    loaded = OnnxModel(model, weights)
+    _map_external_data(loaded, os.path.dirname(os.path.abspath(path)), map_min_bytes)
+    return loaded
 
 
 def _check_text(model: onnx.ModelProto, path: str) -> None:
@@ -76,14 +100,22 @@ def _check_text(model: onnx.ModelProto, path: str) -> None:
                            "valid UTF-8 text.", "Re-export the model; ONNX names are UTF-8 strings.")
 
 
-def _load_external_data(model: onnx.ModelProto, base_dir: str) -> None:
-    """Inline external tensors after checking every path and range (never trust the file)."""
+def _map_external_data(loaded: OnnxModel, base_dir: str, map_min_bytes: int) -> None:
+    """Map (initializers) or read (tensors of node attributes, and initializers below
+    `map_min_bytes` or of a type that is not mapped) every external tensor, after checking
+    its path and range (never trust the file)."""
     base_real = os.path.realpath(base_dir)
-    budget, total = current_budget(), 0
-    for tensor in _all_tensors(model):
+    budget, read_total = current_budget(), 0
+    files: dict = {}
+    for initializer, tensor in _all_tensors(loaded.proto):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {entry.key: entry.value for entry in tensor.external_data}
+        if onnx_weights.MAPPED_KEY in info:
+            if not (initializer and len(info) == 1 and loaded.weights.owns(tensor)):
+                raise AtcError("E16003", f"External data of tensor [{tensor.name}] uses the key "
+                               f"[{onnx_weights.MAPPED_KEY}], which atc_py reserves.", "Re-export the model.")
+            continue
         location = info.get("location", "")
         if "\0" in location:
             raise AtcError("E16003", f"External data location {location!r} of tensor [{tensor.name}] contains a "
@@ -109,9 +141,19 @@ def _load_external_data(model: onnx.ModelProto, base_dir: str) -> None:
             raise AtcError("E16003", f"External data of tensor [{tensor.name}] (offset {offset}, length "
                            f"{length}) does not fit file [{location}] of {file_size} bytes or the "
                            f"tensor's {expected} bytes.", "Re-export the model with its data file.")
-        total += length
-        budget.check_host(total * HOST_COPIES, f"The host memory to convert the model's external data (about "
-                          f"{HOST_COPIES}x its {total} bytes so far)")
+        if initializer and tensor.data_type in onnx_weights.MAPPABLE_TYPES and length >= map_min_bytes:
+            if target not in files:
+                budget.check_mapped(file_size, f"The external data file [{location}] of the model")
+                files[target] = map_input(target, f"external data of tensor [{tensor.name}]", missing_code="E16003")
+            mapped = files[target]
+            if mapped.size != file_size:
+                raise AtcError("E16003", f"External data file [{location}] changed size while the model was read.",
+                               "Do not modify the model's files while atc reads them.")
+            loaded.weights.mark(tensor, mapped.view(offset, length))
+            continue
+        read_total += length
+        budget.check_host(read_total * HOST_COPIES, f"The host memory to convert the model's external data (about "
+                          f"{HOST_COPIES}x the {read_total} bytes read so far)")
         with open_input(target, f"external data of tensor [{tensor.name}]", missing_code="E16003") as f:
             f.seek(offset)
             tensor.raw_data = f.read(length)
@@ -120,11 +162,13 @@ def _load_external_data(model: onnx.ModelProto, base_dir: str) -> None:
 
 
 def _all_tensors(model: onnx.ModelProto):
-    yield from model.graph.initializer
+    """(is an initializer, tensor) for every tensor that may hold external data."""
+    for tensor in model.graph.initializer:
+        yield True, tensor
     for node in model.graph.node:
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.TENSOR:
-                yield attr.t
+                yield False, attr.t
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -154,14 +198,22 @@ def _converter_message(exc: Exception) -> str:
     return text.rstrip(".")
 
 
-def normalize_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+def normalize_opset(model: Union[onnx.ModelProto, OnnxModel]) -> onnx.ModelProto:
     """Accept opsets 13..21; convert older ones up to 13 with onnx's version converter.  Ops
     that are not ONNX's (AMCT's, com.microsoft's) are not sent through it: they are parked in
-    a domain of their own, which the converter passes through, and put back afterwards."""
+    a domain of their own, which the converter passes through, and put back afterwards.
+    Mapped weights stay mapped in a model of opsets 13..21; the converter needs them inline."""
+    weights = model.weights if isinstance(model, OnnxModel) else None
+    model = model.proto if isinstance(model, OnnxModel) else model
     opset = default_opset(model)
     if MIN_OPSET <= opset <= MAX_OPSET:
         return model
     if opset < MIN_OPSET:
+        if weights is not None and len(weights):
+            current_budget().check_host(weights.nbytes * HOST_COPIES, "The host memory to convert the opset "
+                                        f"{opset} model's weights (about {HOST_COPIES}x their {weights.nbytes} bytes)")
+            for tensor in model.graph.initializer:
+                weights.inline(tensor)
         from onnx import version_converter
         parked = [n for n in model.graph.node if n.domain in ("", "ai.onnx") and not _is_onnx_op(n)]
         for node in parked:
@@ -188,14 +240,24 @@ def normalize_opset(model: onnx.ModelProto) -> onnx.ModelProto:
                    f"Export the model with opset {MIN_OPSET}..{MAX_OPSET}.")
 
 
-def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
+def tensor_array(tensor: onnx.TensorProto, weights: Optional[MappedWeights] = None) -> np.ndarray:
     """An initializer or constant as numpy, after checking its dims and data size: the dims
-    and bytes come from the file and may disagree (numpy would reshape with -1, or fail)."""
+    and bytes come from the file and may disagree (numpy would reshape with -1, or fail).
+    A mapped tensor (ge.onnx_weights) is a read-only view of its file: no copy."""
     dims = [int(d) for d in tensor.dims]
     dtype = onnx_dtype(tensor.data_type)
     if any(d < 0 for d in dims) or too_large(dims, dtype):
         raise AtcError("E16001", f"Tensor [{tensor.name}] has invalid dims {dims} (negative, or more than "
                        f"{MAX_TENSOR_BYTES} bytes).", "Check the model with onnx.checker.")
+    if onnx_weights.token_of(tensor) is not None:
+        if weights is None:
+            raise InternalError(f"tensor [{tensor.name}] is memory-mapped but its weights were not handed over")
+        view = weights.view_of(tensor)
+        if len(view) != math.prod(dims) * dtype.itemsize:
+            raise AtcError("E16001", f"Tensor [{tensor.name}] ({dtype}, dims {dims}) has {len(view)} data bytes; "
+                           f"its dims need {math.prod(dims) * dtype.itemsize}.",
+                           "Check the model with onnx.checker or re-export it.")
+        return np.frombuffer(view, dtype=dtype.newbyteorder("<")).reshape(dims)
     try:
         array = numpy_helper.to_array(tensor)
     except Exception as exc:   # raw_data or *_data of the wrong length, unknown storage
@@ -368,15 +430,18 @@ def parse_input_shape_range(text: str, input_names: list) -> dict[str, list]:
     return shapes
 
 
-def input_names(model: onnx.ModelProto) -> list:
+def input_names(model: Union[onnx.ModelProto, OnnxModel]) -> list:
     """The model's real inputs (not initializers listed as inputs), in order."""
+    model = model.proto if isinstance(model, OnnxModel) else model
     inits = {t.name for t in model.graph.initializer}
     return [i.name for i in model.graph.input if i.name not in inits]
 
 
-def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[int]]] = None,
+def import_model(model: Union[onnx.ModelProto, OnnxModel], input_shapes: Optional[dict[str, list[int]]] = None,
                  input_format: str = "NCHW") -> Graph:
-    """Build the IR graph of an ONNX model (nodes in ONNX form; run the generic passes next)."""
+    """Build the IR graph of an ONNX model (nodes in ONNX form; run the generic passes next).
+    Initializers mapped by `load_model` become constants that are views of their files."""
+    weights = model.weights if isinstance(model, OnnxModel) else None
     model = normalize_opset(model)
     onnx_graph = model.graph
     graph = Graph(onnx_graph.name or "graph")
@@ -388,7 +453,7 @@ def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[i
     for init in onnx_graph.initializer:
         if init.name in values:
             raise AtcError("E16001", f"Initializer [{init.name}] is defined twice.", "Check the model with onnx.checker.")
-        values[init.name] = Value(init.name, const=tensor_array(init))
+        values[init.name] = Value(init.name, const=tensor_array(init, weights))
     graph.reserve_names(values)
     for info in onnx_graph.input:
         if info.name in values and values[info.name].is_const:  # old-style input that is also an initializer
@@ -451,14 +516,14 @@ def import_model(model: onnx.ModelProto, input_shapes: Optional[dict[str, list[i
             raise AtcError("E16001", f"Graph output [{info.name}] is not produced.", "Check the model.")
         graph.outputs.append(values[info.name])
     graph.topological_sort()
-    check_types(model)
+    check_types(model, weights)
     return graph
 
 
 _TYPE_CHECK_INLINE_BYTES = 4096   # initializers up to this size stay (shape constants fold)
 
 
-def check_types(model: onnx.ModelProto) -> None:
+def check_types(model: onnx.ModelProto, weights: Optional[MappedWeights] = None) -> None:
     """ONNX's own strict type and shape check (what onnxruntime refuses, e.g. Add of float and
     int64).  Large initializers are handed over as typed inputs, so the check does not copy
     the weights; small ones stay so constant shape inputs are seen.  No data propagation:
@@ -476,6 +541,8 @@ def check_types(model: onnx.ModelProto) -> None:
         size = math.prod(int(d) for d in init.dims)
         if size * 8 <= _TYPE_CHECK_INLINE_BYTES or init.data_type == onnx.TensorProto.INT64:
             light.graph.initializer.append(init)
+            if weights is not None and onnx_weights.token_of(init) is not None:
+                weights.inline(light.graph.initializer[-1])      # ONNX reads shape inputs' values
         elif init.name not in names:
             light.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
     try:

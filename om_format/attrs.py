@@ -122,7 +122,8 @@ def tensor_def(array: np.ndarray, name: str = "", layout: str = "ND") -> TensorD
 
 
 def tensor_from_def(t: TensorDef, weights: Optional[bytes] = None) -> np.ndarray:
-    """The array of a TensorDef: inline ``data``, else ``weights[desc.data_offset:][:weight_size]``.
+    """The array of a TensorDef: inline ``data``, else ``weights[desc.data_offset:][:weight_size]``
+    (read-only; a view of `weights` when it is a buffer of the file, e.g. its memory map).
 
     Raises OmFormatError when the bytes do not match the shape or lie outside `weights`."""
     desc = t.desc
@@ -142,7 +143,8 @@ def tensor_from_def(t: TensorDef, weights: Optional[bytes] = None) -> np.ndarray
     if any(d < 0 for d in shape) or len(data) != count * dtype.itemsize:
         raise OmFormatError(f"Tensor '{desc.name}' has {len(data)} data bytes, shape "
                             f"{list(shape)} of {dtype} needs {max(count, 0) * dtype.itemsize}.")
-    return np.frombuffer(data, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+    array = np.frombuffer(data, dtype=dtype).reshape(shape)   # a read-only view of `weights`: no copy
+    return array if array.dtype.isnative else array.astype(dtype.newbyteorder("="))
 
 
 def _is_dtype_like(value) -> bool:

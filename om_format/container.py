@@ -11,19 +11,21 @@ uses it, and reports each problem as an OmFormatError (E10003 for users).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import enum
 import hashlib
+import io
 import os
 import struct
 import tempfile
 from dataclasses import dataclass, field, fields
-from typing import Optional, Union
+from typing import BinaryIO, Callable, Iterator, Optional, Union
 
 from google.protobuf.message import DecodeError
 
 from om_format.errors import OmFormatError
 from om_format.schema import ModelDef, ModelTaskDef
-from om_format.weights import WeightsBuilder  # noqa: F401  (re-exported)
+from om_format.weights import CHUNK_BYTES, WeightsBuilder, byte_view  # noqa: F401  (WeightsBuilder re-exported)
 
 MAGIC = 0x444F4D49          # b"IMOD" on disk
 HEADER_SIZE = 256
@@ -104,7 +106,7 @@ class OmHeader:
 @dataclass
 class OmFile:
     header: OmHeader
-    partitions: dict = field(default_factory=dict)  # PartitionType -> bytes
+    partitions: dict = field(default_factory=dict)  # PartitionType -> memoryview of the file's bytes
 
 
 def _fit(text: str, capacity: int) -> str:
@@ -117,37 +119,108 @@ def _pad8(n: int) -> int:
     return -n % PARTITION_ALIGN
 
 
-def build_om(partitions: dict, *, name: str, ops: int, platform_version: str,
-             platform_type: int = 0, is_dynamic: bool = False, om_ir_version: int = 0,
-             modeltype: int = 0, userdefineinfo: bytes = b"") -> bytes:
-    """The bytes of an .om file (see write_om).  Deterministic: same input, same bytes."""
+def _checked_parts(partitions: dict) -> dict:
     parts = {}
     for ptype, data in partitions.items():
         ptype = PartitionType(ptype)  # ValueError for an unknown type
         if ptype == PartitionType.SO_BINS:
             raise ValueError("SO_BINS (type 5) has a layout of its own; not supported")
-        parts[ptype] = bytes(data)
+        parts[ptype] = data if hasattr(data, "chunks") else byte_view(data)
     if PartitionType.MODEL_DEF not in parts:
         raise ValueError("an .om file needs a MODEL_DEF partition")
     # Netron first tries a 32-bit table layout; with MODEL_DEF first at offset 0 and at least
     # two entries that attempt hits a duplicate type and it falls back to our 64-bit layout.
     # With a single entry it would "succeed" and show an empty model, hence the empty weights.
-    parts.setdefault(PartitionType.WEIGHTS_DATA, b"")
+    parts.setdefault(PartitionType.WEIGHTS_DATA, memoryview(b""))
+    return parts
+
+
+def _chunks(data) -> Iterator[memoryview]:
+    if hasattr(data, "chunks"):
+        yield from data.chunks()
+    else:
+        for start in range(0, len(data), CHUNK_BYTES):
+            yield data[start:start + CHUNK_BYTES]
+
+
+class _HashingWriter:
+    """Writes chunks to a file and feeds them to SHA-256 in the same pass.  A large chunk is
+    hashed on a second thread while it is written (both release the GIL), so hashing costs
+    no time of its own on a machine with a core to spare."""
+
+    _OVERLAP = 1 << 20
+
+    def __init__(self, f: BinaryIO, total: int, on_bytes: Optional[Callable[[int, int], None]] = None):
+        self.f, self.total, self.on_bytes = f, total, on_bytes
+        self.sha = hashlib.sha256()
+        self.written = 0
+        self._pool = None
+
+    def write(self, chunk) -> None:
+        if len(chunk) >= self._OVERLAP:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="om-sha256")
+            hashed = self._pool.submit(self.sha.update, chunk)
+            try:
+                self.f.write(chunk)
+            finally:
+                hashed.result()
+        else:
+            self.sha.update(chunk)
+            self.f.write(chunk)
+        self.written += len(chunk)
+        if self.on_bytes is not None:
+            self.on_bytes(self.written, self.total)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+
+def stream_om(f: BinaryIO, partitions: dict, *, name: str, ops: int, platform_version: str,
+              platform_type: int = 0, is_dynamic: bool = False, om_ir_version: int = 0,
+              modeltype: int = 0, userdefineinfo: bytes = b"",
+              on_bytes: Optional[Callable[[int, int], None]] = None) -> int:
+    """Write an .om to the seekable binary file `f` (from its current position) without
+    holding it in memory; returns the bytes written.
+
+    `partitions` maps PartitionType (or its int) to bytes-like data, or to an object with
+    `nbytes` and `chunks()` (a WeightsBuilder: its arrays are written straight from where
+    they live).  The header's checksum covers everything after it, so it is computed while
+    the payload is written and the header is written last.  `on_bytes(done, total)` is
+    told the payload bytes written so far after each chunk.  Deterministic: same input, same bytes."""
+    parts = _checked_parts(partitions)
     order = sorted(parts)
     if len(userdefineinfo) > 32:
         raise ValueError("userdefineinfo is at most 32 bytes")
 
     table = bytearray(_TABLE_HEAD.pack(len(order), 0))
-    body = bytearray()
+    offset = 0
     for ptype in order:  # each partition padded to 8 bytes, so the next starts aligned
-        table.extend(_TABLE_ENTRY.pack(int(ptype), 0, len(body), len(parts[ptype])))
-        body.extend(parts[ptype])
-        body.extend(b"\0" * _pad8(len(body)))
-    payload = bytes(table) + bytes(body)
+        size = parts[ptype].nbytes
+        table.extend(_TABLE_ENTRY.pack(int(ptype), 0, offset, size))
+        offset += size + _pad8(size)
+    payload_length = len(table) + offset
+
+    start = f.tell()
+    f.write(bytes(HEADER_SIZE))
+    out = _HashingWriter(f, payload_length, on_bytes)
+    try:
+        out.write(table)
+        for ptype in order:
+            size = 0
+            for chunk in _chunks(parts[ptype]):
+                out.write(chunk)
+                size += len(chunk)
+            if size != parts[ptype].nbytes:
+                raise ValueError(f"partition {ptype.name} gave {size} bytes, announced {parts[ptype].nbytes}")
+            out.write(bytes(_pad8(size)))
+    finally:
+        out.close()
 
     header = OmHeader(
-        checksum=hashlib.sha256(payload).digest().ljust(64, b"\0"),
-        length=len(payload) & 0xFFFFFFFF,
+        checksum=out.sha.digest().ljust(64, b"\0"),
+        length=payload_length & 0xFFFFFFFF,
         name=_fit(name, 32),
         ops=int(ops),
         userdefineinfo=bytes(userdefineinfo).ljust(32, b"\0"),
@@ -155,30 +228,44 @@ def build_om(partitions: dict, *, name: str, ops: int, platform_version: str,
         modeltype=int(modeltype),
         platform_version=_fit(platform_version, 20),
         platform_type=int(platform_type),
-        model_length=len(payload),
+        model_length=payload_length,
         is_unknow_model=1 if is_dynamic else 0,
     )
-    return header.pack() + payload
+    end = f.tell()
+    f.seek(start)
+    f.write(header.pack())
+    f.seek(end)
+    return HEADER_SIZE + payload_length
+
+
+def build_om(partitions: dict, *, name: str, ops: int, platform_version: str,
+             platform_type: int = 0, is_dynamic: bool = False, om_ir_version: int = 0,
+             modeltype: int = 0, userdefineinfo: bytes = b"") -> bytes:
+    """The bytes of an .om file (see stream_om).  Deterministic: same input, same bytes."""
+    buffer = io.BytesIO()
+    stream_om(buffer, partitions, name=name, ops=ops, platform_version=platform_version,
+              platform_type=platform_type, is_dynamic=is_dynamic, om_ir_version=om_ir_version,
+              modeltype=modeltype, userdefineinfo=userdefineinfo)
+    return buffer.getvalue()
 
 
 def write_om(path: Union[str, os.PathLike], partitions: dict, *, name: str, ops: int,
              platform_version: str, platform_type: int = 0, is_dynamic: bool = False,
              om_ir_version: int = 0, modeltype: int = 0, userdefineinfo: bytes = b"") -> None:
-    """Write an .om atomically (temp file in the same directory, then os.replace).
+    """Write an .om atomically (temp file in the same directory, then os.replace), streamed.
 
-    `partitions` maps PartitionType (or its int) to bytes.  They are stored in type order;
-    an empty WEIGHTS_DATA is added when absent (Netron needs >= 2 entries, see build_om).
-    `name` and `platform_version` are cut to fit their fixed header fields."""
-    data = build_om(partitions, name=name, ops=ops, platform_version=platform_version,
-                    platform_type=platform_type, is_dynamic=is_dynamic,
-                    om_ir_version=om_ir_version, modeltype=modeltype,
-                    userdefineinfo=userdefineinfo)
+    `partitions` maps PartitionType (or its int) to bytes (or a WeightsBuilder).  They are
+    stored in type order; an empty WEIGHTS_DATA is added when absent (Netron needs >= 2
+    entries, see _checked_parts).  `name` and `platform_version` are cut to fit their fixed
+    header fields."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".om-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            stream_om(f, partitions, name=name, ops=ops, platform_version=platform_version,
+                      platform_type=platform_type, is_dynamic=is_dynamic, om_ir_version=om_ir_version,
+                      modeltype=modeltype, userdefineinfo=userdefineinfo)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
@@ -193,12 +280,13 @@ def _bad(message: str) -> OmFormatError:
     return OmFormatError(message)
 
 
-def read_om(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, where: str = "The .om data") -> OmFile:
-    """Parse and verify an .om file (path or bytes; `where` names bytes in messages).  Any
-    problem raises OmFormatError.  The tools read files through ge.files (regular files
-    only, size-checked) and hand the bytes here."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        data = source
+def read_om(source, *, where: str = "The .om data") -> OmFile:
+    """Parse and verify an .om file (a path, or its bytes: any buffer, such as a memory map;
+    `where` names them in messages).  Any problem raises OmFormatError.  The tools map files
+    through ge.files (regular files only, size-checked) and hand the map here: the
+    WEIGHTS_DATA partition is then a view of the map, never copied."""
+    if not isinstance(source, (str, os.PathLike)):
+        data = memoryview(source)
     else:
         try:
             with open(source, "rb") as f:
@@ -270,7 +358,7 @@ def _read_table(payload: memoryview, where: str) -> dict:
             raise _bad(f"{where} partition {ptype.name} [{offset}, {offset + size}) runs past the "
                        f"end of the {data_size}-byte partition data.")
         start = table_size + offset
-        partitions[ptype] = bytes(payload[start:start + size])
+        partitions[ptype] = payload[start:start + size].toreadonly()   # a view: never copied
         if size:
             spans.append((offset, offset + size, ptype))
     spans.sort()

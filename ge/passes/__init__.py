@@ -17,6 +17,6 @@ GENERIC_PASSES = (
 def run_generic(graph) -> dict:
     """Run the generic passes in order; returns {pass name: changes} (summed by name)."""
     changes: dict = {}
-    for result in run_passes(graph, GENERIC_PASSES):
+    for result in run_passes(graph, GENERIC_PASSES, stage="Shapes and constants"):
         changes[result.pass_name] = changes.get(result.pass_name, 0) + result.changes
     return changes

@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 
 from ge.errors import AtcError, InternalError
 from ge.ir import Graph
+from ge.progress import current_progress
 
 # Graph properties passes may require and ensure.
 TYPED = "typed"            # every value has a dtype and a shape (dims: ints or ge.symbolic.Dim)
@@ -57,11 +58,15 @@ def check_order(passes: Sequence[GraphPass], given: Iterable[str] = ()) -> None:
         have |= set(fpass.ensures)
 
 
-def run_passes(graph: Graph, passes: Sequence[GraphPass]) -> list:
-    """Run `passes` in order on `graph`; returns their PassResults."""
+def run_passes(graph: Graph, passes: Sequence[GraphPass], stage: str = "") -> list:
+    """Run `passes` in order on `graph`; returns their PassResults.  With a `stage` name, the
+    run's progress reporter (ge.progress) counts the passes done."""
     check_order(passes, graph.properties)
+    progress = current_progress()
+    if stage:
+        progress.stage(stage, len(passes))
     results = []
-    for fpass in passes:
+    for done, fpass in enumerate(passes, 1):
         try:
             result = fpass.run(graph)
         except AtcError:
@@ -75,4 +80,6 @@ def run_passes(graph: Graph, passes: Sequence[GraphPass]) -> list:
             raise InternalError(f"pass {fpass.name} left a cycle in the graph: {exc.message}") from exc
         graph.verify(require_types=TYPED in graph.properties, require_static=STATIC in graph.properties)
         results.append(result)
+        if stage:
+            progress.update(done)
     return results
