@@ -25,7 +25,7 @@ def generate_om(options: AtcOptions, log=None, progress=None):
 
 
 # While the .om is streamed out, the weights it has read are dropped from memory this often.
-_RELEASE_EVERY_BYTES = 64 << 20
+_RELEASE_EVERY_BYTES = 32 << 20
 
 
 def _generate_om(options: AtcOptions, log, progress):

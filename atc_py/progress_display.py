@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, TextIO
+from typing import Callable, Optional, TextIO
 
 from ge.progress import Progress
 
@@ -19,9 +19,11 @@ INTERVAL_SECONDS = 0.2
 
 
 class TerminalProgress(Progress):
-    def __init__(self, stream: TextIO, delay: float = DELAY_SECONDS, interval: float = INTERVAL_SECONDS,
+    def __init__(self, stream: TextIO, delay: Optional[float] = None, interval: Optional[float] = None,
                  clock: Callable[[], float] = time.monotonic):
-        self.stream, self.delay, self.interval, self.clock = stream, delay, interval, clock
+        self.stream, self.clock = stream, clock
+        self.delay = DELAY_SECONDS if delay is None else delay
+        self.interval = INTERVAL_SECONDS if interval is None else interval
         self.started = clock()
         self.name, self.total, self.done = "", 0, 0
         self._shown = 0            # characters of the line on screen

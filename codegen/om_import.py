@@ -20,7 +20,7 @@ from codegen import dynamic_om
 from codegen.registry import kernel_by_om_type
 from ge.errors import AtcError, InternalError, om_format_error
 from ge.ir import Graph, Node, TensorDesc, Value
-from ge.files import map_input
+from ge.files import check_input, map_input
 from ge.limits import HOST_COPIES, MAX_TENSOR_BYTES, current_budget, too_large
 from ge.ops.common import FLOAT_TYPES
 from ge.ops.registry import OpDef, TensorType
@@ -56,20 +56,17 @@ def open_om(source, param: str = "--model") -> OpenedOm:
     budget = current_budget()
     if not isinstance(source, (bytes, bytearray, memoryview)):
         where = f"File [{os.fspath(source)}]"
+        budget.check_mapped(check_input(os.fspath(source), param, "E10003").st_size, f"Model [{os.fspath(source)}]")
         mapped = map_input(os.fspath(source), param, missing_code="E10003")
-        budget.check_mapped(mapped.size, f"Model [{mapped.path}]")
         source = mapped.buffer
     try:
-        om = read_om(source, where=where)
+        om = read_om(source, where=where, on_checked=mapped.release if mapped is not None else None)
         parsed = sum(len(data) for ptype, data in om.partitions.items() if ptype != PartitionType.WEIGHTS_DATA)
         budget.check_host(parsed * HOST_COPIES, f"The host memory to parse the model and task partitions of {where} "
                           f"(about {HOST_COPIES}x their {parsed} bytes)")
         return OpenedOm(om, load_model_def(om), load_task_def(om))
     except OmFormatError as exc:
         raise om_format_error(exc) from exc
-    finally:
-        if mapped is not None:
-            mapped.release()     # the checksum read every page: none of them needs to stay resident
 
 
 @dataclass

@@ -124,18 +124,26 @@ class MappedFile:
             raise ValueError(f"range [{offset}, {offset + length}) is outside the {self.size}-byte file {self.path}")
         return self.buffer[offset:offset + length]
 
-    def release(self) -> None:
+    def release(self, offset: int = 0, length: Optional[int] = None) -> None:
+        """Drop the touched pages of the file's bytes [offset, offset + length) (all of it by default)."""
         if self._map is not None:
-            _release(self._map)
+            start = max(0, offset) // mmap.PAGESIZE * mmap.PAGESIZE
+            end = self.size if length is None else min(self.size, offset + length)
+            if end > start:
+                _release(self._map, start, end - start)
 
 
 _MAPS: "weakref.WeakSet[mmap.mmap]" = weakref.WeakSet()
 
 
-def _release(mapped: mmap.mmap) -> None:
+def _release(mapped: mmap.mmap, start: int = 0, length: Optional[int] = None) -> None:
+    """madvise(DONTNEED) on [start, start + length) of the map (to its end when length is None)."""
     if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
         with contextlib.suppress(OSError, ValueError):   # ValueError: closed meanwhile
-            mapped.madvise(mmap.MADV_DONTNEED)
+            if length is None:
+                mapped.madvise(mmap.MADV_DONTNEED, start)
+            else:
+                mapped.madvise(mmap.MADV_DONTNEED, start, length)
 
 
 def release_mapped() -> None:

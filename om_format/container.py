@@ -280,11 +280,14 @@ def _bad(message: str) -> OmFormatError:
     return OmFormatError(message)
 
 
-def read_om(source, *, where: str = "The .om data") -> OmFile:
+def read_om(source, *, where: str = "The .om data",
+            on_checked: Optional[Callable[[int, int], None]] = None) -> OmFile:
     """Parse and verify an .om file (a path, or its bytes: any buffer, such as a memory map;
     `where` names them in messages).  Any problem raises OmFormatError.  The tools map files
     through ge.files (regular files only, size-checked) and hand the map here: the
-    WEIGHTS_DATA partition is then a view of the map, never copied."""
+    WEIGHTS_DATA partition is then a view of the map, never copied.  The checksum reads the
+    file in chunks; `on_checked(offset, length)` is told each range of the file it has read
+    (so a memory-mapped reader can drop those pages again)."""
     if not isinstance(source, (str, os.PathLike)):
         data = memoryview(source)
     else:
@@ -316,7 +319,12 @@ def read_om(source, *, where: str = "The .om data") -> OmFile:
         raise _bad(f"{where} header model_length is {header.model_length} but {len(payload)} "
                    "bytes follow the header.")
     if header.is_checksum == 0:
-        expected = hashlib.sha256(payload).digest().ljust(64, b"\0")
+        sha = hashlib.sha256()
+        for start in range(0, len(payload), CHUNK_BYTES):
+            sha.update(payload[start:start + CHUNK_BYTES])
+            if on_checked is not None:
+                on_checked(HEADER_SIZE + start, min(CHUNK_BYTES, len(payload) - start))
+        expected = sha.digest().ljust(64, b"\0")
         if header.checksum != expected:
             raise _bad(f"{where} fails its checksum: header has {header.checksum[:32].hex()}, "
                        f"content hashes to {expected[:32].hex()} (SHA-256).")

@@ -12,7 +12,7 @@ so no weight is hashed or copied to decide it.
 from __future__ import annotations
 
 import hashlib
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -118,9 +118,10 @@ class WeightsBuilder:
     def nbytes(self) -> int:
         return self._size
 
-    def chunks(self, size: int = CHUNK_BYTES) -> Iterator[memoryview]:
-        """The partition's bytes in order, as views of at most `size` bytes (zero padding
-        between arrays; none after the last)."""
+    def chunks(self, size: Optional[int] = None) -> Iterator[memoryview]:
+        """The partition's bytes in order, as views of at most `size` bytes (CHUNK_BYTES by
+        default; zero padding between arrays, none after the last)."""
+        size = size or CHUNK_BYTES
         position = 0
         for offset, view in self._items:
             if offset > position:

@@ -1,0 +1,296 @@
+"""Issue 13, models of any size: weights are held once.  ONNX initializers are memory-mapped
+(ge/onnx_weights.py), the .om is streamed with its checksum computed as it is written
+(om_format.container.stream_om), the .om reader maps the file (codegen/om_import.py), and
+a terminal shows the stages of a long compile (atc_py/progress_display.py).
+
+The streaming path runs here on small models with its limits lowered (every initializer
+mapped, chunks of 4 KB, the hashing thread used for every chunk): the .om bytes
+must be exactly the golden zoo's.  Full-size figures (BERT-base, a 1B decoder, > 2 GB of
+external data) are measured by bench/bench_memory.py.
+"""
+from __future__ import annotations
+
+import io
+import json
+import mmap
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import cli
+from builder import Net
+from codegen.om_import import load_om_graph
+from ge import onnx_weights
+from ge.errors import AtcError
+from ge.limits import MAPPED_COPIES, Budget
+from ge.onnx_import import import_model, load_model
+from om_format import container, weights
+from sandbox import leftovers, run_tool
+from test_golden_zoo import GOLDEN, fingerprint
+
+
+def _map_base(array: np.ndarray):
+    """The object at the bottom of `array`'s buffer chain (an mmap for a mapped weight)."""
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base.obj if isinstance(base, memoryview) else base
+
+
+@pytest.fixture
+def streaming_limits_lowered(monkeypatch):
+    """Every initializer mapped, chunks of 4099 bytes (not a multiple of any alignment), every
+    full chunk hashed on the second thread."""
+    monkeypatch.setattr(onnx_weights, "MAP_MIN_BYTES", 0)
+    monkeypatch.setattr(weights, "CHUNK_BYTES", 4099)
+    monkeypatch.setattr(container, "CHUNK_BYTES", 4099)
+    monkeypatch.setattr(container._HashingWriter, "_OVERLAP", 4099)
+    mapped = []
+    real = onnx_weights.skeleton
+
+    def counting(buf, min_bytes=onnx_weights.MAP_MIN_BYTES):
+        parsed, found = real(buf, min_bytes)
+        mapped.append(len(found))
+        return parsed, found
+
+    monkeypatch.setattr(onnx_weights, "skeleton", counting)
+    return mapped
+
+
+@pytest.mark.parametrize("name", ["bert_base", "gpt2", "resnet50", "mobilenet_v2", "seed_testmodel"])
+def test_streamed_om_of_mapped_weights_is_byte_identical_to_the_golden(name, streaming_limits_lowered):
+    with open(GOLDEN, encoding="utf-8") as f:
+        want = json.load(f)[f"{name}/force_fp16"]["om_sha256"]
+    assert fingerprint(name, "force_fp16")["om_sha256"] == want
+    assert streaming_limits_lowered and streaming_limits_lowered[0] > 0   # the weights were mapped
+
+
+def _weight_model(tmp_path, rows=256, cols=512, name="m"):
+    net = Net()
+    x = net.input("x", [1, rows])
+    w = net.const(np.arange(rows * cols, dtype=np.float32).reshape(rows, cols) / (rows * cols))
+    model = net.model(net.op("MatMul", x, w))
+    path = tmp_path / f"{name}.onnx"
+    onnx.save_model(model, str(path))
+    return path, numpy_helper.to_array(model.graph.initializer[0])
+
+
+def test_mapped_initializers_are_read_only_views_of_the_model_file(tmp_path):
+    path, expected = _weight_model(tmp_path)
+    loaded = load_model(str(path))
+    assert len(loaded.weights) == 1 and loaded.weights.nbytes == expected.nbytes
+    assert not loaded.proto.graph.initializer[0].raw_data          # protobuf never held the bytes
+    graph = import_model(loaded)
+    const = next(v.const for v in graph.values() if v.is_const and v.const.size == expected.size)
+    assert isinstance(_map_base(const), mmap.mmap) and not const.flags.writeable
+    np.testing.assert_array_equal(const, expected)
+
+
+def test_small_initializers_are_parsed_not_mapped(tmp_path):
+    path, _ = _weight_model(tmp_path, rows=4, cols=8)
+    loaded = load_model(str(path))
+    assert len(loaded.weights) == 0 and loaded.proto.graph.initializer[0].raw_data
+
+
+def _compile(model_path, out_dir, *extra):
+    os.makedirs(out_dir, exist_ok=True)
+    rc = cli.main([f"--model={model_path}", "--framework=5", f"--output={out_dir}/m", "--soc_version=Ascend910", *extra])
+    assert rc == 0
+    return open(f"{out_dir}/m.om", "rb").read()
+
+
+def test_external_data_is_mapped_and_compiles_to_the_same_bytes(tmp_path, capsys):
+    path, _ = _weight_model(tmp_path)
+    model = onnx.load(str(path))
+    os.makedirs(tmp_path / "ext")
+    onnx.save_model(model, str(tmp_path / "ext" / "m.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="m.data", size_threshold=0)
+    loaded = load_model(str(tmp_path / "ext" / "m.onnx"))
+    assert len(loaded.weights) == 1 and onnx_weights.token_of(loaded.proto.graph.initializer[0])
+    assert _compile(path, tmp_path / "a") == _compile(tmp_path / "ext" / "m.onnx", tmp_path / "b")
+
+
+def test_a_forged_mapping_token_is_refused(tmp_path):
+    path, _ = _weight_model(tmp_path, rows=4, cols=8)
+    model = onnx.load(str(path))
+    tensor = model.graph.initializer[0]
+    tensor.ClearField("raw_data")
+    onnx_weights.mark(tensor, "0.0")
+    onnx.save_model(model, str(path))
+    with pytest.raises(AtcError) as err:
+        load_model(str(path))
+    assert err.value.code == "E16003" and onnx_weights.MAPPED_KEY in err.value.message
+
+
+def test_mapped_bytes_that_disagree_with_the_dims_are_refused(tmp_path):
+    path, _ = _weight_model(tmp_path)
+    model = onnx.load(str(path))
+    model.graph.initializer[0].dims[0] = 300            # 300 x 512 floats, 256 x 512 stored
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(AtcError) as err:
+        import_model(load_model(str(path)))
+    assert err.value.code == "E16001" and "data bytes" in err.value.message
+
+
+def test_wire_format_the_walker_does_not_follow_is_parsed_whole(tmp_path):
+    """A graph field given twice (protobuf merges the two): the walker steps aside and
+    protobuf parses the file as before."""
+    path, expected = _weight_model(tmp_path)
+    model = onnx.load(str(path))
+    extra = onnx.ModelProto()
+    extra.graph.doc_string = "second graph field"
+    path.write_bytes(model.SerializeToString() + extra.SerializeToString())
+    with pytest.raises(onnx_weights.WireFormatUnsupported):
+        onnx_weights.skeleton(path.read_bytes(), 0)
+    loaded = load_model(str(path))
+    assert len(loaded.weights) == 0 and loaded.proto.graph.doc_string == "second graph field"
+    np.testing.assert_array_equal(numpy_helper.to_array(loaded.proto.graph.initializer[0]), expected)
+
+
+@pytest.mark.parametrize("cut", [1, 100, 2000])
+def test_truncated_file_is_a_parse_error_not_a_crash(tmp_path, cut):
+    path, _ = _weight_model(tmp_path)
+    path.write_bytes(path.read_bytes()[:-cut])
+    with pytest.raises(AtcError) as err:
+        load_model(str(path))
+    assert err.value.code == "E16001"
+
+
+def test_om_loads_without_copying_its_weights(tmp_path):
+    path, expected = _weight_model(tmp_path)
+    _compile(path, tmp_path / "out")
+    loaded = load_om_graph(str(tmp_path / "out" / "m.om"))
+    consts = [v.const for v in loaded.graph.values() if v.is_const and v.const.size == expected.size]
+    assert consts and all(isinstance(_map_base(c), mmap.mmap) and not c.flags.writeable for c in consts)
+    np.testing.assert_array_equal(consts[0], expected)
+
+
+def test_a_failed_write_leaves_no_om_and_no_temp_file(tmp_path, monkeypatch, capsys):
+    path, _ = _weight_model(tmp_path)
+
+    def full_disk(self, size=None):
+        yield memoryview(b"x" * 64)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(weights.WeightsBuilder, "chunks", full_disk)
+    rc = cli.main([f"--model={path}", "--framework=5", f"--output={tmp_path}/out/m", "--soc_version=Ascend910"])
+    assert rc == 1 and "E13004" in capsys.readouterr().out
+    assert not os.path.exists(tmp_path / "out") and leftovers(str(tmp_path)) == []
+
+
+def test_budget_counts_mapped_weights_against_the_address_space():
+    budget = Budget(host_bytes=1 << 40, address_bytes=1000)
+    budget.check_mapped(1000 // (1 + MAPPED_COPIES), "fits")
+    with pytest.raises(AtcError) as err:
+        budget.check_mapped(1000 // (1 + MAPPED_COPIES) + 1, "Weights")
+    assert err.value.code == "E13023" and "ulimit -v" in err.value.message
+    with pytest.raises(AtcError):      # and the copies fusions may make count against memory
+        Budget(host_bytes=100, address_bytes=None).check_mapped(101 // MAPPED_COPIES + 1, "Weights")
+
+
+def _matmuls(tmp_path, name, width, count):
+    """`count` MatMuls of [1, width] x [width, 2*width] float32 weights, each a different value."""
+    net = Net()
+    x = net.input("x", [1, width])
+    outs = [net.op("MatMul", x, net.const(np.full((width, 2 * width), k + 1, np.float32))) for k in range(count)]
+    path = tmp_path / f"{name}.onnx"
+    onnx.save_model(net.model(*outs), str(path))
+    return path, count * width * 2 * width * 4
+
+
+def test_compile_holds_the_weights_at_most_once(tmp_path):
+    """Peak RSS of a compile of 128 MiB of weights, less that of a tiny model, stays below the
+    weights' size (before weights were mapped it was about 5x them)."""
+    small, _ = _matmuls(tmp_path, "small", 16, 4)
+    big, weight_bytes = _matmuls(tmp_path, "big", 2048, 4)
+    runs = {}
+    for name, model in (("small", small), ("big", big)):
+        result = run_tool("atc", [f"--model={model}", "--framework=5", f"--output={tmp_path}/{name}",
+                                  "--soc_version=Ascend910"], str(tmp_path), timeout=120)
+        assert result.verdict == "ok", result.text[-2000:]
+        runs[name] = result.max_rss_mb
+    os.remove(tmp_path / "big.om")
+    assert (runs["big"] - runs["small"]) * (1 << 20) < 1.0 * weight_bytes, runs
+
+
+# --------------------------------------------------------------------------- progress
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_progress_appears_only_after_the_delay_and_is_erased():
+    from atc_py.progress_display import TerminalProgress
+    screen, clock = _Terminal(), _Clock()
+    shown = TerminalProgress(screen, delay=3.0, interval=0.0, clock=clock)
+    shown.stage("Fusion passes", 4)
+    shown.update(1)
+    assert screen.getvalue() == ""                      # a short compile prints nothing
+    clock.now = 3.5
+    shown.update(2)
+    assert screen.getvalue().endswith("Fusion passes:  50%")
+    shown.stage("Writing m.om")
+    assert screen.getvalue().endswith("\rWriting m.om..." + " " * 4)   # what was longer is blanked
+    shown.update(30, 40)
+    assert screen.getvalue().endswith("\rWriting m.om:  75%")
+    shown.close()
+    assert screen.getvalue().endswith("\r" + " " * len("Writing m.om:  75%") + "\r")
+
+
+def test_progress_needs_a_terminal(monkeypatch):
+    from atc_py.progress_display import TerminalProgress
+    from ge.progress import Progress
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert type(TerminalProgress.for_stderr()) is Progress
+    monkeypatch.setattr("sys.stderr", _Terminal())
+    assert isinstance(TerminalProgress.for_stderr(), TerminalProgress)
+
+
+def test_atc_progress_goes_to_stderr_and_leaves_stdout_as_it_was(tmp_path, monkeypatch, capsys):
+    from atc_py import progress_display
+    path, _ = _weight_model(tmp_path)
+    args = [f"--model={path}", "--framework=5", f"--output={tmp_path}/m", "--soc_version=Ascend910", "--log=info"]
+    assert cli.main(args) == 0
+    plain = capsys.readouterr()
+    assert plain.err == ""
+    terminal = _Terminal()
+    monkeypatch.setattr(progress_display, "DELAY_SECONDS", 0.0)
+    monkeypatch.setattr(progress_display, "INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert cli.main(args) == 0
+    assert capsys.readouterr().out == plain.out
+    shown = terminal.getvalue()
+    for stage in ("Loading the model", "Shapes and constants: 100%", "Fusion passes: 100%",
+                  f"Writing {tmp_path}/m.om: 100%"):
+        assert stage in shown, shown
+    assert shown.endswith("\r")      # erased at the end
+
+
+def test_old_opsets_and_the_pre_check_read_mapped_weights(tmp_path, monkeypatch, capsys):
+    """An opset-11 model goes through onnx's version converter, which needs its weights
+    inline (they are copied in for it); --mode=3 imports the model as a compile does."""
+    net = Net(opset=11)
+    x = net.input("x", [1, 64])
+    y = net.op("Relu", net.op("MatMul", x, net.rand(64, 96)))
+    onnx.save_model(net.model(y), str(tmp_path / "old.onnx"))
+    unmapped = _compile(tmp_path / "old.onnx", tmp_path / "a")
+    monkeypatch.setattr(onnx_weights, "MAP_MIN_BYTES", 0)
+    assert len(load_model(str(tmp_path / "old.onnx")).weights) == 1
+    assert _compile(tmp_path / "old.onnx", tmp_path / "b") == unmapped
+    rc = cli.main([f"--model={tmp_path / 'old.onnx'}", "--framework=5", "--mode=3",
+                   f"--check_report={tmp_path / 'check.json'}"])
+    assert rc == 0, capsys.readouterr().out
+    report = json.loads((tmp_path / "check.json").read_text())
+    assert report["summary"]["graph"]["result"] == "success"
