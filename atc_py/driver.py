@@ -32,12 +32,10 @@ def _generate_om(options: AtcOptions, log, progress):
     from atc_py import log as atc_log
     from atc_py import report
     from atc_py.compiler import compile_model
-    from ge.files import release_mapped
-    from om_format.container import stream_om
 
     log = log or atc_log.Logger.from_options(options)
     if options.gears is not None:
-        return generate_gear_om(options, log)
+        return generate_gear_om(options, log, progress)
     result = compile_model(options)
     progress.close()                        # stdout's lines start on a clean line
     for warning in result.warnings:
@@ -49,6 +47,18 @@ def _generate_om(options: AtcOptions, log, progress):
                                         options.super_kernel_scope)
     progress.close()
     report.print_report(fusion_report, log)
+    with Outputs() as out:
+        _write_om(out, options, result.partitions, len(result.graph.nodes), progress)
+        report.write_companions(result, options, log, out)
+    return result, fusion_report
+
+
+def _write_om(out: Outputs, options: AtcOptions, partitions, ops: int, progress) -> None:
+    """Stream the .om into `out` (the weights go from where they live to the file, never
+    copied), telling `progress` and dropping the mapped pages already written."""
+    from ge.files import release_mapped
+    from om_format.container import stream_om
+
     released = [0]
 
     def written(done: int, total: int) -> None:
@@ -57,27 +67,25 @@ def _generate_om(options: AtcOptions, log, progress):
             release_mapped()
             released[0] = done
 
-    with Outputs() as out:
-        out.make_folder(os.path.dirname(os.path.abspath(options.om_path)), "--output")
-        progress.stage(f"Writing {options.om_path}")
-        with out.open(options.om_path, "--output") as f:   # streamed: the weights are never copied
-            stream_om(f, result.partitions.as_dict(), name=os.path.basename(options.output),
-                      ops=len(result.graph.nodes), platform_version=options.soc_version,
-                      is_dynamic=result.partitions.dynamic, on_bytes=written)
-        release_mapped()
-        progress.close()
-        report.write_companions(result, options, log, out)
-    return result, fusion_report
+    out.make_folder(os.path.dirname(os.path.abspath(options.om_path)), "--output")
+    progress.stage(f"Writing {options.om_path}")
+    with out.open(options.om_path, "--output") as f:
+        stream_om(f, partitions.as_dict(), name=os.path.basename(options.output), ops=ops,
+                  platform_version=options.soc_version, is_dynamic=partitions.dynamic, on_bytes=written)
+    release_mapped()
+    progress.close()
 
 
-def generate_gear_om(options: AtcOptions, log):
+def generate_gear_om(options: AtcOptions, log, progress=None):
     """A gear model: every gear compiled, fused and reported on its own shapes; one .om
     holding them all.  Returns (GearedCompileResult, [FusionReport per gear])."""
     from atc_py import report
     from atc_py.compiler import compile_gears
-    from om_format.container import build_om
+    from ge.progress import Progress
 
+    progress = progress or Progress()
     geared = compile_gears(options)
+    progress.close()
     for warning in geared.warnings:
         log.warning(str(warning))
     for huawei, ours in sorted(geared.switches.mapped.items()):
@@ -90,10 +98,7 @@ def generate_gear_om(options: AtcOptions, log):
         report.print_report(fusion_report, log)
         reports.append(fusion_report)
     with Outputs() as out:
-        out.make_folder(os.path.dirname(os.path.abspath(options.om_path)), "--output")
-        out.write_bytes(options.om_path, build_om(geared.partitions.as_dict(), name=os.path.basename(options.output),
-                                                  ops=geared.op_count, platform_version=options.soc_version),
-                        "--output")
+        _write_om(out, options, geared.partitions, geared.op_count, progress)
         report.write_gear_companions(geared, options, log, out)
     return geared, reports
 

@@ -139,6 +139,11 @@ class Budget:
     def with_device(self, nbytes: int, name: str) -> "Budget":
         return replace(self, device_bytes=int(nbytes), device=name)
 
+    @property
+    def file_bytes(self) -> int:
+        """The largest file a tool may read whole into memory (models are mapped instead)."""
+        return self.host_bytes // HOST_COPIES
+
     def check_tensor(self, nbytes: int, what: str, solution: str = "") -> None:
         """A tensor the chip must hold: at most the chip's memory (and int64 bytes)."""
         limit = min(MAX_TENSOR_BYTES, self.device_bytes if self.device_bytes is not None else MAX_TENSOR_BYTES)
