@@ -30,6 +30,7 @@ import numpy as np
 
 from ge import shape_values
 from ge.errors import AtcError, InternalError, InvalidNode, at_node
+from ge.files import release_mapped
 from ge.ir import Graph, Node, TensorDesc
 from ge.limits import MAX_TENSOR_BYTES, Budget, current_budget, max_tensor_bytes, tensor_bytes, too_large
 from ge.ops import runtime_shapes, symbolic_infer
@@ -41,6 +42,9 @@ from ge.symbolic import Dim, SymbolicDimError, provably
 _SHAPE_ONLY_OPS = {"Shape", "Size"}
 # Folding these would only copy large constants into the weights; keep them as kernels.
 _MAX_FOLDED_BYTES = 64 << 20
+# A fold that read this much of the (memory-mapped) weights drops their pages again, so a
+# model whose every weight is transposed by a folded node holds each weight once.
+_RELEASE_AFTER_BYTES = 16 << 20
 
 
 def op_def_for(node: Node) -> OpDef:
@@ -202,9 +206,12 @@ def _fold(graph: Graph, node: Node, results: list) -> None:
     for value, result in zip(node.outputs, results):
         value.producer = None
         value.set_const(np.require(result, requirements="C"))  # keeps 0-d arrays 0-d
+    read = sum(v.const.nbytes for v in node.inputs if v is not None and v.is_const)
     node.outputs = []
     node.detach()
     graph.nodes.remove(node)
+    if read >= _RELEASE_AFTER_BYTES:   # a weight folded (a Transpose): its mapped pages need not stay
+        release_mapped()
 
 
 def _fresh_symbols(graph: Graph, node: Node):

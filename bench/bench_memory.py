@@ -1,0 +1,234 @@
+"""Memory and time of a compile against the I/O floor: BERT-base and a >= 1B-parameter decoder.
+
+For each model: the weight bytes (every initializer, inline or external), then, alternating
+in each round so both see the same machine: the I/O floor -- the model's files read once
+and as many bytes written once to a new file in the same folder, 16 MiB at a time, no fsync
+(an `atc` run does not fsync either) -- and `atc` compiling the model in a fresh process:
+wall time and peak RSS (ru_maxrss of the process, so file pages mapped and touched count).
+Medians over the rounds; the load average is printed next to every figure (the machine is
+shared).  Then the .om is opened without compiling: `atc --mode=6` and an `InferSession`
+(its constructor only) report their peak RSS, which stays far below the .om's size when the
+weights are not copied.  The start-up of the interpreter with the compiler imported is
+measured too: it is a fixed part of every compile.
+
+The decoder is a transformers LlamaForCausalLM (TinyLlama-1.1B's config: hidden 2048, 22
+layers, 32 heads, 4 KV heads, MLP 5632, vocabulary 32000; 1.10 B parameters) with seeded
+random weights, exported by torch.onnx.export (TorchScript, opset 17, fp32, 16 tokens):
+4.4 GB of weights, so the exporter writes them as external data.  The export runs once, in
+its own process, and is kept in the work folder (delete it when done: it is big).
+
+usage: nice -n 10 python bench/bench_memory.py [--models bert_base,decoder_1b] [--rounds 3]
+                                               [--workdir DIR] [--keep]
+       python bench/bench_memory.py export-decoder OUT_DIR
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SOC = "Ascend910"
+CHUNK = 16 << 20
+DECODER_CONFIG = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                      num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048,
+                      tie_word_embeddings=False, use_cache=False)
+DECODER_TOKENS = 16
+
+
+# --------------------------------------------------------------------------- models
+
+def export_decoder(out_dir: str) -> dict:
+    """LlamaForCausalLM of DECODER_CONFIG, seeded random weights, exported with external data."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    os.makedirs(out_dir, exist_ok=True)
+    config = transformers.LlamaConfig(**DECODER_CONFIG)
+    start = time.time()
+    model = transformers.LlamaForCausalLM(config).eval()
+    built = time.time() - start
+    ids = torch.randint(0, config.vocab_size, (1, DECODER_TOKENS), generator=torch.Generator().manual_seed(1))
+    path = os.path.join(out_dir, "decoder.onnx")
+    start = time.time()
+    with torch.no_grad():
+        torch.onnx.export(model, (ids,), path, input_names=["input_ids"], output_names=["logits"],
+                          opset_version=17, dynamo=False)
+    return {"params": int(sum(p.numel() for p in model.parameters())), "build_s": round(built, 1),
+            "export_s": round(time.time() - start, 1), "torch": torch.__version__,
+            "transformers": transformers.__version__}
+
+
+def prepare(name: str, workdir: str) -> str:
+    """The model's .onnx path in `workdir` (built or exported if absent)."""
+    folder = os.path.join(workdir, name)
+    if name == "bert_base":
+        path = os.path.join(folder, "bert_base.onnx")
+        if not os.path.exists(path):
+            from atc_py import zoo
+            zoo.save("bert_base", folder)
+        return path
+    path = os.path.join(folder, "decoder.onnx")
+    if not os.path.exists(path):
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "export-decoder", folder],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"decoder export failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        print(f"exported the decoder: {proc.stdout.strip().splitlines()[-1]}", flush=True)
+    return path
+
+
+def model_files(path: str) -> tuple:
+    """(weight bytes, [files holding the model]): initializers' sizes from their dims and type,
+    the .onnx and every external data file it names."""
+    import onnx
+    from onnx import helper
+    model = onnx.load(path, load_external_data=False)
+    weights, files = 0, {os.path.abspath(path)}
+    for tensor in model.graph.initializer:
+        weights += math.prod(tensor.dims) * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                files.add(os.path.abspath(os.path.join(os.path.dirname(path), entry.value)))
+    return weights, sorted(files)
+
+
+# --------------------------------------------------------------------------- measurements
+
+def _load() -> str:
+    return "%.1f" % os.getloadavg()[0]
+
+
+def io_floor(files: list, dest: str) -> float:
+    """Seconds to read `files` once and write as many bytes once to `dest` (then removed)."""
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    start = time.perf_counter()
+    with open(dest, "wb") as out:
+        for path in files:
+            with open(path, "rb", buffering=0) as f:
+                while True:
+                    n = f.readinto(buf)
+                    if not n:
+                        break
+                    out.write(view[:n])
+    seconds = time.perf_counter() - start
+    os.remove(dest)
+    return seconds
+
+
+def run_process(args: list, cwd: str) -> tuple:
+    """(seconds, peak RSS bytes, output) of a fresh process."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    start = time.perf_counter()
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(map(str, args))} failed:\n{out.decode(errors='replace')[-3000:]}")
+    return seconds, usage.ru_maxrss * 1024, out.decode(errors="replace")
+
+
+def compile_once(path: str, out_stem: str) -> tuple:
+    seconds, rss, _ = run_process([sys.executable, os.path.join(ROOT, "cli.py"), f"--model={path}", "--framework=5",
+                                   f"--output={out_stem}", f"--soc_version={SOC}"], os.path.dirname(out_stem))
+    return seconds, rss
+
+
+def startup() -> float:
+    """Seconds for a process that imports the compiler and exits: the fixed part of a compile."""
+    code = "import cli, atc_py.api, atc_py.compiler, atc_py.driver, atc_py.report"
+    return run_process([sys.executable, "-c", code], ROOT)[0]
+
+
+def open_om_rss(om: str) -> dict:
+    mode6 = run_process([sys.executable, os.path.join(ROOT, "cli.py"), "--mode=6", f"--om={om}"], ROOT)
+    code = ("import sys; from simulator.session import InferSession; s = InferSession(sys.argv[1]); "
+            "print(len(s.get_inputs()))")
+    session = run_process([sys.executable, "-c", code, om], ROOT)
+    return {"mode6_s": mode6[0], "mode6_rss": mode6[1], "session_s": session[0], "session_rss": session[1]}
+
+
+def _median(rows: list, key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def bench(name: str, workdir: str, rounds: int, keep: bool) -> dict:
+    path = prepare(name, workdir)
+    weights, files = model_files(path)
+    folder = os.path.dirname(path)
+    out_stem = os.path.join(folder, "out", name)
+    os.makedirs(os.path.dirname(out_stem), exist_ok=True)
+    io_floor(files, os.path.join(folder, "warm.tmp"))            # the same page-cache state for every round
+    rows = []
+    for i in range(rounds):
+        row = {"load_floor": _load(), "floor_s": io_floor(files, os.path.join(folder, "floor.tmp"))}
+        if os.path.exists(out_stem + ".om"):
+            os.remove(out_stem + ".om")                            # no unlink of an old .om inside the timing
+        row["load_compile"] = _load()
+        row["compile_s"], row["rss"] = compile_once(path, out_stem)
+        print(f"  {name} round {i + 1}: floor {row['floor_s']:.2f} s (load {row['load_floor']}), compile "
+              f"{row['compile_s']:.2f} s, peak RSS {row['rss'] / 1e6:.0f} MB (load {row['load_compile']})", flush=True)
+        rows.append(row)
+    om_bytes = os.path.getsize(out_stem + ".om")
+    opened = open_om_rss(out_stem + ".om")
+    result = {"model": name, "weights": weights, "files": len(files), "om_bytes": om_bytes,
+              "floor_s": _median(rows, "floor_s"), "compile_s": _median(rows, "compile_s"),
+              "rss": _median(rows, "rss"), "rounds": rows, "startup_s": startup(), **opened}
+    if not keep:
+        os.remove(out_stem + ".om")
+    return result
+
+
+def report(results: list) -> str:
+    lines = ["| model | weights | compile (median) | I/O floor (median) | compile / floor | peak RSS (median) | "
+             "RSS / weights | RSS <= 1.5x + 200 MB | start-up | load avg (compile runs) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        w = r["weights"]
+        loads = ", ".join(x["load_compile"] for x in r["rounds"])
+        lines.append(f"| {r['model']} | {w / 1e9:.2f} GB | {r['compile_s']:.2f} s | {r['floor_s']:.2f} s | "
+                     f"{r['compile_s'] / r['floor_s']:.2f}x | {r['rss'] / 1e9:.2f} GB | {r['rss'] / w:.2f}x | "
+                     f"{'yes' if r['rss'] <= 1.5 * w + 200e6 else 'NO'} | {r['startup_s']:.2f} s | {loads} |")
+    lines += ["", "| model | .om size | atc --mode=6: time, peak RSS | InferSession(om): time, peak RSS |", "|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['model']} | {r['om_bytes'] / 1e9:.2f} GB | {r['mode6_s']:.2f} s, {r['mode6_rss'] / 1e6:.0f} MB"
+                     f" | {r['session_s']:.2f} s, {r['session_rss'] / 1e6:.0f} MB |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["export-decoder"]:
+        print(json.dumps(export_decoder(argv[1])), flush=True)
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="bert_base,decoder_1b")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "atc_py_bench_memory"))
+    parser.add_argument("--keep", action="store_true", help="keep the .om files (the models are always kept)")
+    args = parser.parse_args(argv)
+    results = []
+    for name in args.models.split(","):
+        print(f"{name}:", flush=True)
+        results.append(bench(name, args.workdir, args.rounds, args.keep))
+    print(report(results))
+    print(json.dumps([{k: v for k, v in r.items() if k != "rounds"} for r in results]))
+    if not args.keep and os.path.isdir(args.workdir):
+        for name in args.models.split(","):
+            shutil.rmtree(os.path.join(args.workdir, name, "out"), ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
