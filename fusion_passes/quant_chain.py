@@ -28,6 +28,7 @@ from fusion_passes.base import Match, fuse, producer, single_consumer
 from codegen.fused import autofused
 from codegen.fused.conv import CONV_ATTR_NAMES
 from codegen.fused.quant_cube import EXTRA_SLOT
+from ge.errors import InternalError
 from ge.ir import Graph, Node, Value
 from ge.ops.ascend_quant import deq_scale_values
 from ge.ops.quant import F32
@@ -461,7 +462,9 @@ def rewrite_plan(graph: Graph, match: QuantMatch, pass_name: str) -> Node:
     bias = graph.constant(f"{name}/bias_int32", plan.bias_q.astype(np.int32)) if plan.bias_q is not None else None
     extra_values = [e if isinstance(e, Value) else graph.constant(f"{name}/epilogue_const", e) for e in extras]
     inputs = [plan.x, weight, bias] + extra_values
-    assert len(inputs) - len(extra_values) == EXTRA_SLOT
+    if len(inputs) - len(extra_values) != EXTRA_SLOT:
+        raise InternalError(f"quantized cube kernel has {len(inputs) - len(extra_values)} fixed inputs, "
+                            f"its kernel reads the epilogue's from slot {EXTRA_SLOT}", node=name)
     attrs = dict(plan.attrs)
     attrs.update(deq_scale=np.asarray(plan.deq_scale, F32), epilogue=epilogue)
     if plan.x_zero_point is not None:

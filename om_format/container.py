@@ -35,7 +35,8 @@ PARTITION_ALIGN = 8
 _TABLE_HEAD = struct.Struct("<II")     # num, padding
 _TABLE_ENTRY = struct.Struct("<IIQQ")  # type, padding, mem_offset, mem_size
 _HEADER = struct.Struct("<III64sIBBBB32sI32sII20sB3sQBB62s")
-assert _HEADER.size == HEADER_SIZE
+if _HEADER.size != HEADER_SIZE:  # a self-check of the layout above, kept under `python -O`
+    raise RuntimeError(f"om header layout is {_HEADER.size} bytes, GE's is {HEADER_SIZE}")
 
 
 class PartitionType(enum.IntEnum):

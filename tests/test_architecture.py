@@ -156,3 +156,13 @@ def test_the_checker_sees_a_wrong_way_import(tmp_path):
     modules = _module_files()
     assert _imports(str(source), modules) == {"atc_py.report"}
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_assert_guards_an_invariant_in_project_code():
+    """`python -O` strips `assert`: an invariant the code relies on raises InternalError."""
+    offenders = []
+    for module, path in sorted(_module_files().items()):
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+        offenders += [f"{module}:{node.lineno}" for node in ast.walk(tree) if isinstance(node, ast.Assert)]
+    assert not offenders, "assert in project code (use ge.errors.InternalError): " + ", ".join(offenders)
