@@ -11,14 +11,15 @@ from helpers import run_ort_op
 RNG = np.random.default_rng(0)
 
 
-def check(op_type, inputs, attrs=None, opset=18, rtol=1e-5, atol=1e-6, fp16=True):
-    """Compare compute and infer with onnxruntime; repeat in float16 against the fp32 result."""
+def check(op_type, inputs, attrs=None, opset=18, rtol=1e-5, atol=1e-6, fp16=True, n_outputs=1):
+    """Compare compute and infer with onnxruntime on the first `n_outputs` outputs (the op
+    also computes its optional outputs); repeat in float16 against the fp32 result."""
     op = get_op(op_type)
-    expected = run_ort_op(op_type, inputs, attrs, opset)
+    expected = run_ort_op(op_type, inputs, attrs, opset, n_outputs=n_outputs)
     got = op.compute(inputs, dict(attrs or {}))
     types = [TensorType(x.dtype, x.shape) if x is not None else None for x in inputs]
     inferred = op.infer(types, dict(attrs or {}))
-    assert len(got) == len(expected)
+    assert len(got) == len(inferred) >= len(expected) == n_outputs
     for g, e, t in zip(got, expected, inferred):
         assert g.dtype == e.dtype and g.shape == e.shape
         assert np.dtype(t.dtype) == e.dtype and tuple(t.shape) == e.shape
@@ -135,6 +136,13 @@ POOL_CASES = [
 @pytest.mark.parametrize("xs,attrs", POOL_CASES)
 def test_max_pool(xs, attrs):
     check("MaxPool", [rand(*xs)], attrs)
+
+
+@pytest.mark.parametrize("xs,attrs", POOL_CASES[:4])
+@pytest.mark.parametrize("storage_order", [0, 1])
+def test_max_pool_indices(xs, attrs, storage_order):
+    """The optional Indices output: where each maximum was read in the flattened input."""
+    check("MaxPool", [rand(*xs)], dict(attrs, storage_order=storage_order), n_outputs=2, fp16=False)
 
 
 def test_max_pool_int8():

@@ -99,10 +99,29 @@ def test_batch_norm(shape):
              {"epsilon": 1e-3}, opset=15)
 
 
-def test_batch_norm_training_is_atc_error():
-    x = normal(2, 3)
-    with pytest.raises(AtcError):
-        get_op("BatchNormalization").compute([x, *[positive(3)] * 4], {"training_mode": 1})
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (4, 3)])
+def test_batch_norm_training_mode_matches_onnx_reference(shape):
+    """training_mode=1: Y from the batch statistics, and the updated running mean and var
+    (onnxruntime's CPU build has no training BatchNormalization: ONNX's reference decides)."""
+    from onnx import helper, TensorProto
+    from onnx.reference import ReferenceEvaluator
+    c = shape[1]
+    inputs = [normal(*shape) * 2 + 1, normal(c), normal(c), normal(c), positive(c)]
+    attrs = {"epsilon": 1e-3, "momentum": 0.8, "training_mode": 1}
+    names = ["x", "s", "b", "m", "v"]
+    node = helper.make_node("BatchNormalization", names, ["y", "rm", "rv"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+                                            for n, a in zip(names, inputs)],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "rm", "rv")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    expected = ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))
+    op = get_op("BatchNormalization")
+    got = op.compute(inputs, attrs)
+    types = op.infer([TensorType(a.dtype, a.shape) for a in inputs], attrs)
+    assert [(t.dtype, t.shape) for t in types] == [(e.dtype, e.shape) for e in expected]
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+    assert op.node_kind(attrs) == OpKind.OPAQUE and op.node_kind({}) == OpKind.BROADCAST
 
 
 @pytest.mark.parametrize("axis", [None, -1, 1, -2])

@@ -381,17 +381,42 @@ def _lowest(dtype):
 
 
 def max_pool_compute(inputs, attrs):
+    """Y, and Indices: where each maximum was read, as an index into the flattened input
+    (N, C and the spatial dims; storage_order 1 counts the spatial dims column-major).  Ties
+    go to the first tap in window order, padding never wins (ONNX's reference)."""
     x = inputs[0]
-    # Only output 0 (Y) is produced; storage_order only affects the Indices output.
     kernel, win = _pool_geometry(x.shape, attrs)
     begin, end, extra, out, strides, dilations = win.begin, win.end, win.extra, win.out, win.strides, win.dilations
     # max is exact in any dtype: no widening.
     xp = _pad_spatial(x, begin, [e + a for e, a in zip(end, extra)], _lowest(x.dtype))
-    y = None
-    for offset in _taps(kernel, dilations):
+    y, tap_of = None, None
+    taps = _taps(kernel, dilations)
+    for t, offset in enumerate(taps):
         view = _tap(xp, offset, out, strides)
-        y = view.copy() if y is None else np.maximum(y, view, out=y)
-    return [y]
+        if y is None:
+            y, tap_of = view.copy(), np.zeros(view.shape, np.int64)
+            continue
+        better = view > y
+        y = np.where(better, view, y)
+        tap_of[better] = t
+    return [y, _pool_indices(x.shape, tap_of, np.asarray(taps, np.int64), begin, out, strides,
+                             int(attrs.get("storage_order", 0)))]
+
+
+def _pool_indices(shape, tap_of, taps, begin, out, strides, storage_order: int) -> np.ndarray:
+    """Flat input index of the tap each output took."""
+    spatial = shape[2:]
+    index = np.zeros(tap_of.shape, np.int64)
+    coords = []
+    for axis, (n, s, b) in enumerate(zip(out, strides, begin)):
+        position = (np.arange(n, dtype=np.int64) * s - b).reshape((1, 1) + tuple(n if i == axis else 1
+                                                                              for i in range(len(out))))
+        coords.append(position + taps[:, axis][tap_of])
+    order = range(len(spatial)) if storage_order == 0 else reversed(range(len(spatial)))
+    for axis in order:
+        index = index * spatial[axis] + coords[axis]
+    base = np.arange(shape[0] * shape[1], dtype=np.int64).reshape(shape[0], shape[1], *([1] * len(spatial)))
+    return base * int(np.prod(spatial, dtype=np.int64)) + index
 
 
 def average_pool_compute(inputs, attrs):
@@ -425,8 +450,13 @@ def pool_infer(inputs, attrs):
     return [TensorType(np.dtype(x.dtype), tuple(x.shape[:2]) + tuple(out))]
 
 
+def max_pool_infer(inputs, attrs):
+    y = pool_infer(inputs, attrs)[0]
+    return [y, TensorType(np.dtype(np.int64), y.shape)]        # Y, Indices
+
+
 # Windowed pools are OUT_EWISE_FUSABLE as in TVM: they may absorb an elementwise tail.
-register(OpDef("MaxPool", OpKind.OUT_EWISE_FUSABLE, max_pool_compute, pool_infer))
+register(OpDef("MaxPool", OpKind.OUT_EWISE_FUSABLE, max_pool_compute, max_pool_infer))
 register(OpDef("AveragePool", OpKind.OUT_EWISE_FUSABLE, average_pool_compute, pool_infer))
 
 

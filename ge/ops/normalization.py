@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ge.ops.common import approx_reciprocal, axis_attr, fast_impl, own_dtype_inside, same_as_input
-from ge.ops.registry import OpDef, OpKind, register
+from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import InvalidNode, invalid_attr
 
 
@@ -74,20 +74,39 @@ def _channel_view(p: np.ndarray, rank: int) -> np.ndarray:
 
 
 def _batch_norm(inputs, attrs):
-    if int(attrs.get("training_mode", 0)):
-        raise invalid_attr("BatchNormalization", "training_mode", 1, "only inference is supported.",
-                           "Export the model in eval mode (training_mode=0).")
+    """Inference form: Y from the running statistics.  Training form (training_mode=1, a
+    training graph's node): Y from the batch's own mean and (population) variance, plus
+    the updated running_mean and running_var, as ONNX defines them."""
     x, scale, bias, mean, var = inputs[:5]
     eps = float(attrs.get("epsilon", 1e-5))
     rank = max(x.ndim, 2)
+    xs = _f32(x).reshape(x.shape if x.ndim >= 2 else x.shape + (1,))
+    if int(attrs.get("training_mode", 0)):
+        axes = (0,) + tuple(range(2, rank))
+        batch_mean = xs.mean(axis=axes)
+        batch_var = xs.var(axis=axes)
+        momentum = float(attrs.get("momentum", 0.9))
+        running_mean = _f32(mean) * momentum + batch_mean * (1 - momentum)
+        running_var = _f32(var) * momentum + batch_var * (1 - momentum)
+        mean, var = batch_mean, batch_var
     a = _channel_view(scale, rank) / np.sqrt(_channel_view(var, rank) + eps)
     b = _channel_view(bias, rank) - _channel_view(mean, rank) * a
-    y = _f32(x).reshape(x.shape if x.ndim >= 2 else x.shape + (1,)) * a + b
-    return [y.reshape(x.shape).astype(x.dtype, copy=False)]
+    y = (xs * a + b).reshape(x.shape).astype(x.dtype, copy=False)
+    if int(attrs.get("training_mode", 0)):
+        return [y, running_mean.astype(inputs[3].dtype), running_var.astype(inputs[4].dtype)]
+    return [y]
 
 
-register(OpDef(op_type="BatchNormalization", kind=OpKind.BROADCAST, compute=_batch_norm,
-               infer=lambda i, a: same_as_input(i, a)))
+def _batch_norm_infer(inputs, attrs):
+    types = same_as_input(inputs, attrs)
+    if int(attrs.get("training_mode", 0)):       # running_mean, running_var
+        types += [TensorType(np.dtype(t.dtype), tuple(t.shape)) for t in inputs[3:5]]
+    return types
+
+
+# In training mode it reduces over the batch: not an elementwise map any more.
+register(OpDef(op_type="BatchNormalization", kind=OpKind.BROADCAST, compute=_batch_norm, infer=_batch_norm_infer,
+               kind_of=lambda attrs: OpKind.OPAQUE if int(attrs.get("training_mode", 0)) else OpKind.BROADCAST))
 
 
 # ---------------------------------------------------------------------------------------
@@ -100,20 +119,46 @@ def _standardize(a: np.ndarray, axes: tuple, eps: float) -> np.ndarray:
     return centered / np.sqrt(var + eps)
 
 
+# stash_type (an ONNX TensorProto dtype number): the dtype of the Mean and InvStdDev outputs.
+_STASH_DTYPES = {1: np.float32, 10: np.float16, 11: np.float64}
+
+
+def _stash_dtype(attrs: dict) -> np.dtype:
+    stash = int(attrs.get("stash_type", 1))
+    if stash not in _STASH_DTYPES:
+        raise invalid_attr("LayerNormalization", "stash_type", stash, "it must be float (1), float16 (10) or "
+                           "double (11).")
+    return np.dtype(_STASH_DTYPES[stash])
+
+
 def _layer_norm(inputs, attrs):
-    """Only output Y: the optional Mean and InvStdDev outputs (training) are not produced."""
+    """Y, and the optional Mean and InvStdDev outputs (over the normalized axes, kept as 1s),
+    in the stash_type dtype."""
     x, scale = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     axis = axis_attr("LayerNormalization", attrs, x.ndim, -1)
-    y = _standardize(_f32(x), tuple(range(axis, x.ndim)), float(attrs.get("epsilon", 1e-5)))
-    y = y * _f32(scale)
+    axes = tuple(range(axis, x.ndim))
+    eps = float(attrs.get("epsilon", 1e-5))
+    xf = _f32(x)
+    mean = np.mean(xf, axis=axes, keepdims=True)
+    centered = xf - mean
+    inv_std = 1.0 / np.sqrt(np.mean(centered * centered, axis=axes, keepdims=True) + eps)
+    y = centered * inv_std * _f32(scale)
     if bias is not None:
         y = y + _f32(bias)
-    return [y.astype(x.dtype, copy=False)]
+    stash = _stash_dtype(attrs)
+    return [y.astype(x.dtype, copy=False), mean.astype(stash, copy=False), inv_std.astype(stash, copy=False)]
 
 
-register(OpDef(op_type="LayerNormalization", kind=OpKind.OPAQUE, compute=_layer_norm,
-               infer=lambda i, a: same_as_input(i, a)))
+def _layer_norm_infer(inputs, attrs):
+    x = inputs[0]
+    axis = axis_attr("LayerNormalization", attrs, len(x.shape), -1)
+    stats = tuple(x.shape[:axis]) + (1,) * (len(x.shape) - axis)
+    stash = _stash_dtype(attrs)
+    return same_as_input(inputs, attrs) + [TensorType(stash, stats), TensorType(stash, stats)]
+
+
+register(OpDef(op_type="LayerNormalization", kind=OpKind.OPAQUE, compute=_layer_norm, infer=_layer_norm_infer))
 
 
 def _instance_norm(inputs, attrs):
