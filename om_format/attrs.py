@@ -63,8 +63,11 @@ _NP_TO_GE = {
     np.dtype(np.complex64): DataType.DT_COMPLEX64,
     np.dtype(np.complex128): DataType.DT_COMPLEX128,
 }
-if _ml_dtypes is not None:
+if _ml_dtypes is not None:   # the low-precision types GE has (no FNUZ float8, no uint4 in GE)
     _NP_TO_GE[np.dtype(_ml_dtypes.bfloat16)] = DataType.DT_BF16
+    _NP_TO_GE[np.dtype(_ml_dtypes.float8_e4m3fn)] = DataType.DT_FLOAT8_E4M3FN
+    _NP_TO_GE[np.dtype(_ml_dtypes.float8_e5m2)] = DataType.DT_FLOAT8_E5M2
+    _NP_TO_GE[np.dtype(_ml_dtypes.int4)] = DataType.DT_INT4
 _GE_TO_NP = {ge: dt for dt, ge in _NP_TO_GE.items()}
 
 
@@ -88,8 +91,8 @@ def from_ge_dtype(value: int) -> np.dtype:
         except KeyError:
             name = "unknown"
         raise OmFormatError(f"ge DataType {value} ({name}) has no numpy equivalent.",
-                            "Only float, integer, bool and (with ml_dtypes installed) bfloat16 "
-                            "tensors are supported.") from None
+                            "Only float, integer, bool and (with ml_dtypes installed) bfloat16, "
+                            "float8 (e4m3fn, e5m2) and int4 tensors are supported.") from None
 
 
 def tensor_desc(name: str, dtype, shape, layout: str = "ND") -> TensorDescriptor:

@@ -308,3 +308,29 @@ def test_erf_both_precisions_against_math_erf():
     got32 = erf(xs.astype(np.float32))
     assert got32.dtype == np.float32
     assert np.max(np.abs(got32.astype(np.float64) - ref)) < 1e-6      # float32 rational form
+
+
+def test_cast_to_float8_saturates_unless_told_not_to():
+    """ONNX's Cast to float8: out-of-range values and infinities become the largest finite
+    value (448 for e4m3fn), NaN stays NaN; saturate=0 keeps numpy's (ml_dtypes') conversion."""
+    import ml_dtypes
+    x = np.array([1000.0, -np.inf, np.nan, 1.5, -500.0], np.float32)
+    y = get_op("Cast").compute([x], {"to": 17})[0]
+    assert y.dtype == np.dtype(ml_dtypes.float8_e4m3fn)
+    np.testing.assert_array_equal(y.astype(np.float32), [448, -448, np.nan, 1.5, -448])
+    raw = get_op("Cast").compute([x], {"to": 19, "saturate": 0})[0]       # e5m2 keeps infinities
+    assert np.isinf(raw.astype(np.float32)[1])
+    like = get_op("CastLike").compute([x, np.zeros(1, ml_dtypes.float8_e5m2)], {})[0]
+    assert float(like.astype(np.float32)[0]) == 1024.0 and float(like.astype(np.float32)[1]) == -57344.0
+
+
+def test_a_tensor_type_no_ge_datatype_holds_is_refused_by_name():
+    from builder import Net
+    from helpers import lower
+    from onnx import TensorProto
+    net = Net(opset=21)
+    x = net.input("x", [2, 3])
+    model = net.model(net.op("Cast", x, to=TensorProto.FLOAT8E4M3FNUZ))
+    with pytest.raises(AtcError) as err:
+        lower(model)
+    assert err.value.code == "E16002" and "float8_e4m3fnuz, which an .om cannot hold" in err.value.message

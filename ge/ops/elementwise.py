@@ -16,11 +16,32 @@ from ge.ops.common import approx_reciprocal, broadcast_result, fast_impl, own_dt
 from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import InvalidNode, invalid_attr
 
-# ONNX TensorProto element types numpy can represent (Cast's "to" attribute).
+# ONNX TensorProto element types numpy can represent (Cast's "to" attribute); the
+# low-precision ones through ml_dtypes (onnx's own dependency), as ONNX's reference does.
 ONNX_TO_NUMPY = {
     1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
     7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64,
 }
+try:
+    import ml_dtypes
+    ONNX_TO_NUMPY.update({16: ml_dtypes.bfloat16, 17: ml_dtypes.float8_e4m3fn, 18: ml_dtypes.float8_e4m3fnuz,
+                          19: ml_dtypes.float8_e5m2, 20: ml_dtypes.float8_e5m2fnuz, 21: ml_dtypes.uint4,
+                          22: ml_dtypes.int4})
+    FLOAT8_TYPES = tuple(np.dtype(ONNX_TO_NUMPY[t]) for t in (17, 18, 19, 20))
+except ImportError:  # pragma: no cover - onnx installs ml_dtypes
+    FLOAT8_TYPES = ()
+
+
+def convert(x: np.ndarray, dtype, saturate: bool = True) -> np.ndarray:
+    """ONNX's Cast of `x` to `dtype`: numpy's conversion, except that a float8 target
+    saturates (values beyond its range, infinities included, become its largest finite
+    value; NaN stays NaN) unless saturate=0."""
+    dtype = np.dtype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if dtype in FLOAT8_TYPES and saturate:
+            info = ml_dtypes.finfo(dtype)
+            x = np.clip(x.astype(np.float32) if x.dtype.kind == "V" else x, float(info.min), float(info.max))
+        return x.astype(dtype)
 
 
 def _is_float(dtype) -> bool:
@@ -250,8 +271,7 @@ def _cast_target(attrs) -> np.dtype:
 
 
 def _cast_compute(inputs, attrs):
-    with np.errstate(invalid="ignore", over="ignore"):
-        return [inputs[0].astype(_cast_target(attrs))]
+    return [convert(inputs[0], _cast_target(attrs), bool(int(attrs.get("saturate", 1))))]
 
 
 register(OpDef(op_type="Cast", kind=OpKind.ELEMWISE, compute=_cast_compute,

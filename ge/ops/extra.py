@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ge.ops.elementwise import convert
 from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import AtcError, InvalidNode
 
@@ -69,8 +70,7 @@ register(OpDef(op_type="GatherND", kind=OpKind.INJECTIVE, compute=gather_nd_comp
 
 
 def cast_like_compute(inputs, attrs):
-    with np.errstate(invalid="ignore", over="ignore"):
-        return [inputs[0].astype(inputs[1].dtype)]
+    return [convert(inputs[0], inputs[1].dtype, bool(int(attrs.get("saturate", 1))))]
 
 
 register(OpDef(op_type="CastLike", kind=OpKind.ELEMWISE, compute=cast_like_compute,
