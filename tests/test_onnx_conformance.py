@@ -39,7 +39,8 @@ def test_onnx_backend_node_case(name):
     outcome = _outcome(name)
     kind, reason = _listed(name)
     if kind is None:
-        assert outcome.passed, f"{outcome.stage}: {outcome.detail}"
+        assert outcome.passed, (f"{outcome.stage}: {outcome.detail} -- fix it, or (a new op's case that cannot "
+                                "pass here) list it with its reason: python tests/test_onnx_conformance.py --survey")
         return
     assert not outcome.passed, f"{name} passes now: remove it from {kind} in tests/conformance_expected.json"
     if kind == "not_at_accepted_opset":
