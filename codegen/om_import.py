@@ -138,10 +138,14 @@ def _check_types(node: Node, op: OpDef, graph: Graph) -> None:
         raise _bad(f"Op [{node.name}] ({node.op_type}) has no output_desc.")
     types = [None if v is None else TensorType(np.dtype(v.desc.dtype), tuple(v.desc.shape)) for v in node.inputs]
     values_known = all(v is None or v.is_const for v in node.inputs)
+    # config inputs a kernel reads at run time leave dims open, in static models too (a
+    # Reshape to a 1-D target from a graph input)
+    read_at_run_time = any(i < len(node.inputs) and node.inputs[i] is not None for i, _ in op.config_inputs)
+    open_dims = graph.is_dynamic or read_at_run_time
     try:
         if op.infer_values is not None and values_known:   # a value-dependent op kept as a kernel
             inferred = op.infer_values([None if v is None else v.const for v in node.inputs], node.attrs)
-        elif graph.is_dynamic:
+        elif open_dims:
             inferred = _dynamic_types(node, op, types, graph)
         else:
             inferred = op.infer(types, node.attrs)
@@ -153,7 +157,7 @@ def _check_types(node: Node, op: OpDef, graph: Graph) -> None:
         raise _bad(f"Op [{node.name}] ({node.op_type}) records {len(node.outputs)} outputs, "
                    f"the kernel produces {len(inferred)}.")
     for value, ttype in zip(node.outputs, inferred):
-        if graph.is_dynamic:
+        if open_dims:
             ttype = TensorType(ttype.dtype, _recorded_where_open(tuple(ttype.shape), tuple(value.desc.shape), graph))
         if np.dtype(ttype.dtype) != np.dtype(value.desc.dtype) or tuple(ttype.shape) != tuple(value.desc.shape):
             raise _bad(f"Op [{node.name}] ({node.op_type}) records output [{value.name}] as "

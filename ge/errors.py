@@ -11,8 +11,6 @@ of a rule or kernel is a bug in atc_py: the stage that called it raises `Interna
 """
 from __future__ import annotations
 
-import copy
-
 from om_format.errors import OmFormatError
 
 
@@ -70,7 +68,8 @@ def at_node(err: AtcError, name: str, op_type: str) -> AtcError:
     know their node)."""
     if f"[{name}]" in err.message:
         return err
-    named = copy.copy(err)
+    named = type(err).__new__(type(err))         # copy.copy would call __init__ with args (code, message)
+    named.__dict__.update(err.__dict__)
     named.message = f"Node [{name}] ({op_type}): {err.message}"
     named.args = (f"{err.code}: {named.message}",)
     return named

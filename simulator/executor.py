@@ -139,7 +139,8 @@ def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.
             args.append(_to(array, dtype) if dtype is not None else array)
         attrs = node.attrs
         if dynamic:
-            attrs = _runtime_config(node, op, args, instantiate_attrs(attrs, run.values), run)
+            attrs = instantiate_attrs(attrs, run.values)
+        attrs = _runtime_config(node, op, args, attrs, run)     # static shapes may have them too (Clip's min)
         try:
             results = op.compute(args, attrs)
         except AtcError as err:

@@ -91,3 +91,13 @@ def test_shape_rules_say_invalid_node_for_the_models_mistakes(op_type, shapes, a
     with pytest.raises(AtcError) as err:
         op.infer([ops.TensorType(F32, s) for s in shapes], attrs)
     assert err.value.code == "E16004"
+
+
+def test_at_node_names_the_node_of_every_error_class():
+    """at_node copies the error whatever its class (InvalidNode's __init__ takes no code:
+    copy.copy used to fail with a TypeError, turning the model's mistake into E19999)."""
+    from ge.errors import InvalidNode, at_node
+    named = at_node(InvalidNode("the axes are out of range"), "Reduce_3", "ReduceSum")
+    assert type(named) is InvalidNode and named.code == "E16004"
+    assert named.message == "Node [Reduce_3] (ReduceSum): the axes are out of range"
+    assert str(named) == f"E16004: {named.message}"

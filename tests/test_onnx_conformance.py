@@ -4,8 +4,9 @@ simulator (tests/conformance.py says how), compared with ONNX's expected outputs
 Every case runs.  Those that do not pass are listed, with their reason, in
 tests/conformance_expected.json: `not_at_accepted_opset` (the case exists only at an opset
 above 21), `runtime_shapes` (a config input or an output shape known only at run time --
-xfail(strict), so a case that starts passing must leave the list) and `not_supported`
-(e.g. float8 FNUZ and uint4 tensors, which have no ge DataType).  Any other case must pass.
+xfail(strict), so a case that starts passing must leave the list; empty since run-time
+config inputs landed) and `not_supported` (e.g. float8 FNUZ and uint4 tensors, which have
+no ge DataType, Resize's cubic mode).  Any other case must pass.
 
     python tests/test_onnx_conformance.py --survey    # rewrites the lists from a fresh run
 """

@@ -127,6 +127,25 @@ def _quant_attrs(attrs: dict, scale: str, zero_point: str) -> tuple:
     return s, param(attrs, zero_point)
 
 
+_QUANTIZE_CONFIG = ((1, "y_scale"), (2, "y_zero_point"))
+_DEQUANTIZE_CONFIG = ((1, "x_scale"), (2, "x_zero_point"))
+_QLINEAR_CONFIG = ((1, "x_scale"), (2, "x_zero_point"), (4, "w_scale"), (5, "w_zero_point"),
+                   (6, "y_scale"), (7, "y_zero_point"))
+_QLINEAR_MATMUL_CONFIG = ((1, "a_scale"), (2, "a_zero_point"), (4, "b_scale"), (5, "b_zero_point"),
+                          (6, "y_scale"), (7, "y_zero_point"))
+
+
+def _stand_ins(inputs: list, attrs: dict, config: tuple) -> dict:
+    """The attributes a shape rule reads, with each config input left for the kernel to read
+    at run time (a graph input's scale) stood in by ones of its type and shape: the rule
+    needs their dtype and size, never their values."""
+    missing = {attr: inputs[i] for i, attr in config
+               if attrs.get(attr) is None and i < len(inputs) and inputs[i] is not None}
+    if not missing:
+        return attrs
+    return {**attrs, **{attr: np.ones(tuple(t.shape), t.dtype) for attr, t in missing.items()}}
+
+
 # -- QuantizeLinear / DequantizeLinear ----------------------------------------------------------
 
 
@@ -147,6 +166,7 @@ def quantize_linear_compute(inputs, attrs):
 
 
 def quantize_linear_infer(inputs, attrs):
+    attrs = _stand_ins(inputs, attrs, _QUANTIZE_CONFIG)
     x = inputs[0]
     scale, zp = _quant_attrs(attrs, "y_scale", "y_zero_point")
     _check_scale("QuantizeLinear", scale)
@@ -168,6 +188,7 @@ def dequantize_linear_compute(inputs, attrs):
 
 
 def dequantize_linear_infer(inputs, attrs):
+    attrs = _stand_ins(inputs, attrs, _DEQUANTIZE_CONFIG)
     x = inputs[0]
     scale, zp = _quant_attrs(attrs, "x_scale", "x_zero_point")
     _check_scale("DequantizeLinear", scale)
@@ -182,9 +203,9 @@ def dequantize_linear_infer(inputs, attrs):
 
 
 register(OpDef("QuantizeLinear", OpKind.ELEMWISE, quantize_linear_compute, quantize_linear_infer,
-               config_inputs=((1, "y_scale"), (2, "y_zero_point")), array_config=True))
+               config_inputs=_QUANTIZE_CONFIG, array_config=True))
 register(OpDef("DequantizeLinear", OpKind.ELEMWISE, dequantize_linear_compute, dequantize_linear_infer,
-               config_inputs=((1, "x_scale"), (2, "x_zero_point")), array_config=True, foldable=False))
+               config_inputs=_DEQUANTIZE_CONFIG, array_config=True, foldable=False))
 
 
 # -- DynamicQuantizeLinear ----------------------------------------------------------------------
@@ -303,6 +324,7 @@ def qlinear_conv_compute(inputs, attrs):
 
 
 def qlinear_conv_infer(inputs, attrs):
+    attrs = _stand_ins(inputs, attrs, _QLINEAR_CONFIG)
     _check_8bit("QLinearConv", inputs[0], inputs[3])
     _, _, ws, _, _, yz = _qlinear_conv_params(attrs)
     out = conv_infer([inputs[0], inputs[3]], attrs)[0]
@@ -313,8 +335,7 @@ def qlinear_conv_infer(inputs, attrs):
 
 
 register(OpDef("QLinearConv", OpKind.OUT_EWISE_FUSABLE, qlinear_conv_compute, qlinear_conv_infer,
-               config_inputs=((1, "x_scale"), (2, "x_zero_point"), (4, "w_scale"), (5, "w_zero_point"),
-                              (6, "y_scale"), (7, "y_zero_point")), array_config=True))
+               config_inputs=_QLINEAR_CONFIG, array_config=True))
 
 
 def _qlinear_matmul_params(attrs):
@@ -333,11 +354,11 @@ def qlinear_matmul_compute(inputs, attrs):
 
 
 def qlinear_matmul_infer(inputs, attrs):
+    attrs = _stand_ins(inputs, attrs, _QLINEAR_MATMUL_CONFIG)
     _check_8bit("QLinearMatMul", inputs[0], inputs[3])
     *_, y_z = _qlinear_matmul_params(attrs)
     return [TensorType(quant_dtype("QLinearMatMul", y_z), matmul_shape(inputs[0].shape, inputs[3].shape))]
 
 
 register(OpDef("QLinearMatMul", OpKind.OUT_EWISE_FUSABLE, qlinear_matmul_compute, qlinear_matmul_infer,
-               config_inputs=((1, "a_scale"), (2, "a_zero_point"), (4, "b_scale"), (5, "b_zero_point"),
-                              (6, "y_scale"), (7, "y_zero_point")), array_config=True))
+               config_inputs=_QLINEAR_MATMUL_CONFIG, array_config=True))

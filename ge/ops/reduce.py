@@ -94,7 +94,7 @@ def _log_sum(x, axes, kd):
 
 def _log_sum_exp(x, axes, kd):
     a = _acc(x)
-    m = np.max(a, axis=axes, keepdims=True)
+    m = np.max(a, axis=axes, keepdims=True, initial=-np.inf)   # an empty set's sum is 0: log gives -inf
     m = np.where(np.isfinite(m), m, 0)           # all -inf rows give -inf, not NaN
     with np.errstate(divide="ignore", over="ignore"):
         s = np.log(np.sum(np.exp(a - m), axis=axes, keepdims=True)) + m

@@ -57,6 +57,10 @@ def _hi(d) -> Optional[int]:
     return upper_bound(d)
 
 
+def _at_least_one(hi: Optional[int]) -> Optional[int]:
+    return None if hi is None else max(hi, 1)
+
+
 def _tt(dtype, shape) -> TensorType:
     return TensorType(np.dtype(dtype), tuple(shape))
 
@@ -84,7 +88,8 @@ def _reshape(types, attrs, runtime, n, known, fresh):
     numel = math.prod(x.shape)
     if rank == 1:
         return [_tt(x.dtype, (numel,))]
-    hi = _numel_hi(x.shape)
+    # with no element (a 0 dim: allowzero) the other dims are free
+    hi = _numel_hi(x.shape) if all(bounds(d)[0] >= 1 for d in x.shape) else None
     return [_tt(x.dtype, [fresh(0, hi) for _ in range(rank)])]
 
 
@@ -144,8 +149,8 @@ def _reduce(types, attrs, runtime, n, known, fresh):
         if int(attrs.get("noop_with_empty_axes", 0)):
             return [_tt(x.dtype, x.shape)]
         return [_tt(x.dtype, [1] * len(x.shape) if keep else [])]
-    if keep:
-        return [_tt(x.dtype, [1 if d == 1 else fresh(0, _hi(d)) for d in x.shape])]
+    if keep:                        # a reduced dim is 1, even where the input's is 0
+        return [_tt(x.dtype, [1 if d == 1 else fresh(0, _at_least_one(_hi(d))) for d in x.shape])]
     return [_tt(x.dtype, [fresh(0, None) for _ in range(len(x.shape) - k)])]
 
 
