@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from fusion_passes.canonical.idioms import become, close, half_product, is_reciprocal_of, other, sole
+from fusion_passes.canonical.idioms import become, is_reciprocal_of, one_plus_half_product
 from fusion_passes.canonical.rewrite import Rewrite
 
 SQRT2 = math.sqrt(2.0)
@@ -25,12 +25,6 @@ class GeluErf(Rewrite):
         for x in scale.inputs:
             if x is None or x.is_const or not is_reciprocal_of(scale, x, SQRT2):
                 continue
-            add = sole(erf.outputs[0], "Add")
-            if add is None or not close(other(add, erf.outputs[0]), 1.0):
-                return False
-            product = half_product(x, add.outputs[0])
-            if product is None:
-                return False
-            out, halving = product
-            return become(graph, "Gelu", x, {}, out, [scale, erf, add] + halving)
+            outer = one_plus_half_product(x, erf)
+            return outer is not None and become(graph, "Gelu", x, {}, outer[0], [scale, erf] + outer[1])
         return False

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from fusion_passes.canonical.idioms import become, close, half_product, other, sole
+from fusion_passes.canonical.idioms import become, close, one_plus_half_product, other
 from fusion_passes.canonical.rewrite import Rewrite
 
 TANH_GELU_SCALE = math.sqrt(2.0 / math.pi)
@@ -50,13 +50,7 @@ class GeluTanh(Rewrite):
             found = _cube_of(cube) if cube is not None else None
             if found is None or found[0] is not x:
                 continue
-            one = sole(tanh.outputs[0], "Add")
-            if one is None or not close(other(one, tanh.outputs[0]), 1.0):
-                return False
-            product = half_product(x, one.outputs[0])
-            if product is None:
-                return False
-            out, halving = product
-            return become(graph, "Gelu", x, {"approximate": "tanh"}, out,
-                          found[1] + [smul, add, mul, tanh, one] + halving)
+            outer = one_plus_half_product(x, tanh)
+            return outer is not None and become(graph, "Gelu", x, {"approximate": "tanh"}, outer[0],
+                                                found[1] + [smul, add, mul, tanh] + outer[1])
         return False

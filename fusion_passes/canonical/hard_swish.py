@@ -7,7 +7,7 @@ and (x * relu6(x + 3)) / 6, the Div after the product.  Anchored on the HardSigm
 from __future__ import annotations
 
 from fusion_passes.canonical.hard_sigmoid import relu6_of_shift
-from fusion_passes.canonical.idioms import become, close, is_reciprocal_of, other, sole
+from fusion_passes.canonical.idioms import become, is_reciprocal_of, other, sole
 from fusion_passes.canonical.rewrite import Rewrite
 
 

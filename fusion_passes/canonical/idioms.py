@@ -70,6 +70,16 @@ def half_product(y: Value, p: Value) -> Optional[tuple]:
     return None
 
 
+def one_plus_half_product(x: Value, t: Node) -> Optional[tuple]:
+    """GELU's outer form around its inner function `t` (Erf or Tanh): 0.5 * x * (1 + t(...)),
+    the 0.5 anywhere in the product: (output, [Add, the product's nodes]) or None."""
+    add = sole(t.outputs[0], "Add")
+    if add is None or not close(other(add, t.outputs[0]), 1.0):
+        return None
+    product = half_product(x, add.outputs[0])
+    return (product[0], [add] + product[1]) if product else None
+
+
 def private(nodes: Iterable[Node], output: Value) -> bool:
     """Every value the nodes produce, but `output`, is read only by the nodes: replacing
     them by one op computes nothing twice and hides nothing."""
