@@ -85,13 +85,16 @@ def _infer(inputs, attrs):
 def _work(inputs, outputs, attrs):
     """Pool (one add per element of x, one divide per channel), two small GEMMs and their
     epilogues, the scaling; on chip: the pooled and hidden vectors, and x itself while the
-    gate is computed when the kernel scales it (a block of x that does not fit spills)."""
+    gate is computed when the kernel scales it (a block of x that does not fit spills).
+    The GEMMs multiply one vector per sample (GEMV): they run on the vector unit, a multiply
+    and an add per weight and sample, not as one-row passes of the cube -- so the kernel is a
+    vector kernel, split over the cores like the pooling that dominates it."""
     s = SLOTS.read(inputs)
     x = s["x"]
     pooled, hidden = _types(inputs, attrs)
     pooled, hidden = (TensorType(outputs[0].dtype, t.shape) for t in (pooled, hidden))
-    work = Work(cube_macs=hidden.size * int(pooled.shape[1]) * 2)
-    work.add_vector("alu", x.size).add_vector("div", pooled.size)
+    work = Work().add_vector("alu", x.size + 2 * hidden.size * int(pooled.shape[1]) * 2)
+    work.add_vector("div", pooled.size)
     work = work + epilogue.work(hidden, stage_attrs(attrs, "fc1_"), s["b1"] is not None, False, False) \
         + epilogue.work(pooled, stage_attrs(attrs, "fc2_"), s["b2"] is not None, False, False)
     held = 0
