@@ -76,3 +76,23 @@ def test_coverage_and_totals():
     assert (t["files"], t["compiled"], t["attn_layers"], t["mha_layers"], t["convs_fused"]) == (2, 1, 2, 1, 3)
     assert (t["compare_fp32_pass"], t["compare_fp16_pass"], t["compare_fp16_run"]) == (1, 0, 1)
     assert (t["peer_fewer"], t["peer_gap"]) == (1, 3)
+
+
+def test_peer_counts_reused_only_for_the_same_onnx_bytes(tmp_path):
+    """--peers-from: the peers never see atc_py, so their counts of the same ONNX bytes carry
+    over between runs; a file whose bytes changed (or a row without its hash) is measured again."""
+    import json
+
+    from bench.sweep import run
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"one export")
+    peers = {"ort": {"kernels_noview": 7}}
+    rows = [{"file": "m.dynamo", "peers": peers, "onnx_sha256": run.file_sha256(str(model))},
+            {"file": "old.dynamo", "peers": peers}]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run.reused_peers(str(tmp_path), "m.dynamo", str(model)) == peers
+    assert run.reused_peers(str(tmp_path), "old.dynamo", str(model)) is None
+    assert run.reused_peers(str(tmp_path), "absent.dynamo", str(model)) is None
+    model.write_bytes(b"a new export")
+    assert run.reused_peers(str(tmp_path), "m.dynamo", str(model)) is None

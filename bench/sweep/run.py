@@ -5,12 +5,13 @@ are skipped on the next run (--redo to measure them again; exports are cached se
 
 usage (from the repository root, in the sweep venv, see bench/requirements-sweep.txt):
     nice -n 10 python -m bench.sweep [--family a,b] [--exporter torchscript|dynamo]
-        [--attn sdpa,eager,default] [--skip-peers] [--jobs 1] [--cache /work/cache/sweep]
+        [--attn sdpa,eager,default] [--skip-peers] [--peers-from DIR] [--jobs 1] [--cache /work/cache/sweep]
     python -m bench.sweep --report          # tables from results.jsonl, no measuring
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import collections
 import concurrent.futures
 import json
@@ -93,7 +94,8 @@ def measure(family, exporter, attn, args) -> dict:
     graph = analysis.OnnxGraph(onnx.load(path, load_external_data=False).graph)
     attention = graph.attention_softmaxes()
     convs = graph.convs()
-    row.update(onnx_nodes=len(graph.nodes), attn_layers=len(attention), convs=len(convs))
+    row.update(onnx_nodes=len(graph.nodes), attn_layers=len(attention), convs=len(convs),
+               onnx_sha256=file_sha256(path))
 
     work = os.path.join(args.cache, "work", fid)
     os.makedirs(work, exist_ok=True)
@@ -109,10 +111,32 @@ def measure(family, exporter, attn, args) -> dict:
         row.update(_fusion_facts(graph, tasks, attention, convs, compiled["log"],
                                  ours.dfx_misses(os.path.join(work, "dfx"))))
         row.update(_compare(path, base, work, args))
-    if not args.skip_peers:
+    reused = reused_peers(args.peers_from, fid, path) if args.peers_from else None
+    if reused:
+        row["peers"], row["peers_from"] = reused, args.peers_from
+    elif not args.skip_peers:
         row["peers"] = {p: python_stage("peers", [p, path], args.timeout) for p in PEER_NAMES}
     row["seconds"] = round(time.time() - start, 1)
     return row
+
+
+def reused_peers(cache: str, fid: str, onnx_path: str):
+    """The peers' counts of `fid` measured in another sweep folder, when they were measured on
+    the same ONNX bytes: the peers never see atc_py, so a re-run of our side need not pay for
+    them again.  Same bytes = the row records the file's sha256 and it matches (rows without
+    one are not reused)."""
+    row = load_rows(cache).get(fid)
+    if not row or not row.get("peers") or row.get("onnx_sha256") != file_sha256(onnx_path):
+        return None
+    return row["peers"]
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _fusion_facts(graph, tasks, attention, convs, log_text, dfx) -> dict:
@@ -199,6 +223,7 @@ def main(argv=None) -> int:
     parser.add_argument("--exporter", default="", help="torchscript,dynamo (default: both)")
     parser.add_argument("--attn", default="", help="sdpa,eager,default (default: all a family has)")
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--peers-from", default="", help="another sweep folder: reuse its peer counts of the same ONNX bytes")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--cache", default=DEFAULT_CACHE)
     parser.add_argument("--timeout", type=float, default=300, help="seconds per stage (compile, compare, each peer)")
