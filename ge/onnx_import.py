@@ -616,6 +616,18 @@ def _check_schema(node: onnx.NodeProto, opset: int, index: int) -> None:
                            f"{onnx.AttributeProto.AttributeType.Name(attr.type)} which is invalid. Reason: node "
                            f"[{name}] needs {onnx.AttributeProto.AttributeType.Name(spec.type.value)}.",
                            f"Fix the {node.op_type} node in the ONNX model or re-export it.")
+        _guard_onnx_inference(node, attr, name)
+
+
+# Attribute values ONNX's C++ shape inference indexes with unchecked (found by the fuzzer:
+# GatherND batch_dims=-5 segfaults onnx 1.2x).  Checked before ONNX ever sees them.
+_NON_NEGATIVE_ATTRS = {("GatherND", "batch_dims")}
+
+
+def _guard_onnx_inference(node: onnx.NodeProto, attr: onnx.AttributeProto, name: str) -> None:
+    if (node.op_type, attr.name) in _NON_NEGATIVE_ATTRS and attr.i < 0:
+        raise AtcError("E16004", f"Op [{node.op_type}] has attribute [{attr.name}] = [{attr.i}] which is invalid. "
+                       f"Reason: node [{name}]: it must be 0 or more.", f"Fix the {node.op_type} node.")
 
 
 def parse_input_hint_shape(text: str) -> dict:

@@ -18,7 +18,8 @@ import signal
 import traceback
 from dataclasses import dataclass, field
 
-from sandbox import leftovers
+from ge.files import Terminated
+from sandbox import leftovers, run_tool
 
 CASE_SECONDS = 30
 ROOM = 2 << 30      # address space a case may add to the process: the Done-when's 2 GB
@@ -71,6 +72,8 @@ def call(main, argv: list, seconds: float = CASE_SECONDS) -> tuple:
         bad = ""
     except CaseTimeout:
         rc, bad = -1, "hang"
+    except (KeyboardInterrupt, Terminated):   # meant for the fuzzer itself: stop it
+        raise
     except BaseException:   # noqa: B036 -- anything escaping main is what we are looking for
         rc, bad = -1, "traceback"
         out.write(traceback.format_exc())
@@ -117,8 +120,10 @@ def om_case(data: bytes, workdir: str, simulate: bool = True) -> Verdict:
     return _finish(verdict, workdir)
 
 
-def onnx_case(model: bytes, workdir: str, simulate: bool = True) -> Verdict:
-    """An ONNX model through atc (compile) and, when it compiled, atc-sim."""
+def onnx_case(model: bytes, workdir: str, simulate: bool = True, isolate: bool = False) -> Verdict:
+    """An ONNX model through atc (compile) and, when it compiled, atc-sim.  `isolate` runs atc
+    in a fresh process under the sandbox's 2 GB limit: ONNX's C++ shape inference runs inside
+    atc, and a crash there must be counted, not take the fuzzer down."""
     import cli
     from simulator import cli as sim_cli
 
@@ -126,13 +131,19 @@ def onnx_case(model: bytes, workdir: str, simulate: bool = True) -> Verdict:
     path = os.path.join(workdir, "case.onnx")
     with open(path, "wb") as f:
         f.write(model)
-    cwd = os.getcwd()
-    os.chdir(workdir)     # fusion_result.json lands in the working folder
-    try:
-        rc, text, bad = call(cli.main, [f"--model={path}", "--framework=5", f"--output={workdir}/m",
-                                        "--soc_version=Ascend910", "--precision_mode=force_fp32"])
-    finally:
-        os.chdir(cwd)
+    args = [f"--model={path}", "--framework=5", f"--output={workdir}/m", "--soc_version=Ascend910",
+            "--precision_mode=force_fp32"]
+    if isolate:
+        outcome = run_tool("atc", args, workdir, timeout=CASE_SECONDS)
+        rc, text = outcome.rc, outcome.text
+        bad = outcome.verdict if outcome.bad else ""
+    else:
+        cwd = os.getcwd()
+        os.chdir(workdir)     # fusion_result.json lands in the working folder
+        try:
+            rc, text, bad = call(cli.main, args)
+        finally:
+            os.chdir(cwd)
     verdict = _judge(rc, text, bad, "atc")
     if rc != 0 and (os.path.exists(f"{workdir}/m.om") or os.path.exists(f"{workdir}/fusion_result.json")):
         verdict = verdict.worse(Verdict("partial", detail="atc failed and left its outputs"))

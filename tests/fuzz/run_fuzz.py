@@ -19,6 +19,7 @@ import resource
 import sys
 import tempfile
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(os.path.dirname(HERE)), HERE]
@@ -45,10 +46,13 @@ def _om_batch(args) -> list:
         seed = seeds.om_seed(name, os.path.join(folder, "seeds", str(os.getpid())))
         edits = om_mutator.draw(rng, seed)
         t0 = time.monotonic()
-        verdict = harness.om_case(om_mutator.apply(seed, edits), os.path.join(folder, "work", str(os.getpid())),
-                                  simulate=name != "efficientnet_b4" or index % 4 == 0)
-        results.append((index, verdict.bad, verdict.codes, verdict.detail, {"seed": name, "edits": edits},
-                        time.monotonic() - t0))
+        try:
+            verdict = harness.om_case(om_mutator.apply(seed, edits), os.path.join(folder, "work", str(os.getpid())),
+                                      simulate=name != "efficientnet_b4" or index % 4 == 0)
+            bad, codes, detail = verdict.bad, verdict.codes, verdict.detail
+        except Exception:   # the mutator or the harness itself: still a result, not a dead pool
+            bad, codes, detail = "harness", [], traceback.format_exc()
+        results.append((index, bad, codes, detail, {"seed": name, "edits": edits}, time.monotonic() - t0))
     return results
 
 
@@ -67,9 +71,13 @@ def _onnx_batch(args) -> list:
     @given(onnx_gen.specs())
     def one(spec):
         t0 = time.monotonic()
-        verdict = harness.onnx_case(onnx_gen.spec_to_model(spec), os.path.join(folder, "work", str(os.getpid())))
-        results.append((f"{base_seed}-{len(results)}", verdict.bad, verdict.codes, verdict.detail, spec,
-                        time.monotonic() - t0))
+        try:
+            verdict = harness.onnx_case(onnx_gen.spec_to_model(spec), os.path.join(folder, "work", str(os.getpid())),
+                                        isolate=True)
+            bad, codes, detail = verdict.bad, verdict.codes, verdict.detail
+        except Exception:
+            bad, codes, detail = "harness", [], traceback.format_exc()
+        results.append((f"{base_seed}-{len(results)}", bad, codes, detail, spec, time.monotonic() - t0))
 
     one()
     return results
@@ -106,7 +114,10 @@ def main(argv=None) -> int:
     with multiprocessing.get_context("spawn").Pool(args.jobs, _init, (args.address_space,), maxtasksperchild=4) as pool:
         chunk = 250
         batches = [(s, min(s + chunk, args.om), args.seed, args.out) for s in range(0, args.om, chunk)]
-        om_results = [r for batch in pool.imap_unordered(_om_batch, batches) for r in batch]
+        om_results = []
+        for batch in pool.imap_unordered(_om_batch, batches):
+            om_results.extend(batch)
+            print(f"om: {len(om_results)}/{args.om} cases", file=sys.stderr, flush=True)
         per = [args.onnx // args.jobs + (1 if i < args.onnx % args.jobs else 0) for i in range(args.jobs)]
         onnx_batches = [(n, args.seed * 100 + i, args.out) for i, n in enumerate(per) if n]
         onnx_results = [r for batch in pool.imap_unordered(_onnx_batch, onnx_batches) for r in batch]
