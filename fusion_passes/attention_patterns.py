@@ -24,9 +24,10 @@ import numpy as np
 from fusion_passes import reasons
 from fusion_passes.base import Reject, producer, scalar_const
 from fusion_passes.canonical.softmax_guard import nan_guard
-from fusion_passes.layout import Layout, NotAffine, apply, trace_down, trace_up
+from fusion_passes.layout import Layout, NotAffine, apply, more_than_one, probe, trace_down, trace_up
 from fusion_passes.linear import Linear, linear_producing
 from ge.ir import Node, Value
+from ge.symbolic import mod
 
 MAX_SCORE_STEPS = 8      # scale / bias / mask nodes between Q.K^T and Softmax
 MAX_TERMS = 2            # additive terms the kernel takes (bias, mask)
@@ -239,12 +240,12 @@ def read_heads(value: Value, role: str, seq_axis: int, dim_axis: int) -> Heads:
     linear = _projection(source, role, nodes)
     shape = tuple(source.desc.shape)
     width = shape[-1]
-    tokens = int(np.prod(shape[:-1], dtype=np.int64))           # the projection's rows, flattened
+    tokens = prod(shape[:-1])                                   # the projection's rows, flattened
     op_shape = layout.shape
     dim, seq = op_shape[dim_axis], op_shape[seq_axis]
     dim_pieces, seq_pieces = layout.axis(dim_axis % len(op_shape)), layout.axis(seq_axis % len(op_shape))
-    if dim_pieces != (((dim, 1),) if dim > 1 else ()) or seq_pieces != (((seq, width),) if seq > 1 else ()) \
-            or tokens % seq:
+    if dim_pieces != (((dim, 1),) if more_than_one(dim) else ()) or \
+            seq_pieces != (((seq, width),) if more_than_one(seq) else ()) or mod(tokens, seq) != 0:
         raise Reject(reasons.UNSUPPORTED_VARIANT,
                      f"{role}: operand {value.name} {list(op_shape)} does not read [S, D] head matrices of "
                      f"consecutive rows of the projection {source.name} {list(shape)} (sequence axis reads "
@@ -252,7 +253,7 @@ def read_heads(value: Value, role: str, seq_axis: int, dim_axis: int) -> Heads:
                      nodes, [value, source])
     batch_axes = [k for k in range(len(op_shape)) if k not in (seq_axis % len(op_shape), dim_axis % len(op_shape))]
     offsets = Layout(layout.offset, tuple(layout.axes[k] for k in batch_axes)).indices().reshape(-1)
-    rows, rest = np.divmod(offsets, seq * width)      # which block of `seq` rows, which column
+    rows, rest = np.divmod(offsets, probe(seq * width))   # which block of `seq` rows, which column
     if np.any(rest >= width):
         raise Reject(reasons.UNSUPPORTED_VARIANT, f"{role}: operand {value.name} starts inside a block of "
                      f"{seq} rows", nodes, [value])
@@ -351,6 +352,7 @@ def merge_heads(pv: Node, batch: int, heads: int, seq: int, dim: int):
 
 def batch_index(operand_batch: tuple, scores_batch: tuple) -> np.ndarray:
     """Operand batch index of every scores batch index (MatMul broadcasts batch axes)."""
+    operand_batch, scores_batch = probe(tuple(operand_batch)), probe(tuple(scores_batch))
     grid = np.arange(prod(operand_batch), dtype=np.int64).reshape(operand_batch) if operand_batch \
         else np.zeros((), np.int64)
     return np.broadcast_to(grid, scores_batch).reshape(-1)

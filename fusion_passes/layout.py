@@ -14,6 +14,7 @@ Reshape that splits a piece unevenly) raises `NotAffine`.
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from math import prod
 from typing import Optional, Sequence
@@ -21,11 +22,39 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ge.ir import Node, Value
+from ge.ops.tensor import _slices
+from ge.symbolic import Dim, dim_max, dim_min, evaluate, floordiv, free_symbols
 
 # Ops that only move elements: their output's elements are elements of input 0.
 VIEW_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Expand",
                       "Slice", "Split", "Gather", "Tile"})
 MAX_INDEX_ELEMENTS = 1 << 24      # `indices()` refuses to build a bigger index array
+
+
+def _dim(n):
+    """A dim as the algebra holds it: an int, or a symbolic dim (ge.symbolic) kept as it is."""
+    return n if isinstance(n, Dim) else int(n)
+
+
+def probe(x):
+    """`x` (a dim, or a tuple/array of them) with every symbol at its probe size.  Checks that
+    enumerate elements (which head a batch index reads) run on the probe sizes: the layouts
+    are the same polynomials at every size, and the probe sizes (> 1, different per symbol
+    name, the same in every call) are generic, so a head structure found there is the one at
+    every size -- as the tests check against onnxruntime at several sizes."""
+    if isinstance(x, Dim):
+        return evaluate(x, {name: 5 + zlib.crc32(name.encode()) % 23 for name in free_symbols(x)})
+    if isinstance(x, tuple):
+        return tuple(probe(v) for v in x)
+    if isinstance(x, list):
+        return [probe(v) for v in x]
+    return x
+
+
+def more_than_one(n) -> bool:
+    """n > 1 for an int; for a symbolic dim, "not exactly 1" (a piece of size S stays a piece:
+    at run time S may be 1, and a size-1 piece of any stride addresses the same elements)."""
+    return n != 1 if isinstance(n, Dim) else n > 1
 
 
 class NotAffine(Exception):
@@ -62,8 +91,8 @@ class Layout:
         strides, step = [], 1
         for n in reversed(shape):
             strides.insert(0, step)
-            step *= int(n)
-        return Layout(0, tuple(((int(n), s),) if n != 1 else ((1, 0),) for n, s in zip(shape, strides)))
+            step *= _dim(n)
+        return Layout(0, tuple(((_dim(n), s),) if n != 1 else ((1, 0),) for n, s in zip(shape, strides)))
 
     @property
     def shape(self) -> tuple:
@@ -85,8 +114,8 @@ class Layout:
             raise NotAffine(f"reshape {list(self.shape)} -> {list(shape)} changes the element count")
         axes = []
         for n in shape:
-            n, taken = int(n), []
-            while n > 1:
+            n, taken = _dim(n), []
+            while more_than_one(n):
                 if not pieces:
                     raise NotAffine("reshape ran out of pieces")
                 size, stride = pieces[0]
@@ -109,7 +138,7 @@ class Layout:
     def slice(self, k: int, start: int, stop: int, step: int = 1) -> "Layout":
         """Elements start:stop:step of axis k (already clamped to the axis)."""
         pieces = self.axis(k)
-        count = max(0, -(-(stop - start) // step))
+        count = dim_max(0, -floordiv(-(stop - start), step))
         if count == self.shape[k] and step == 1:
             return self
         if not pieces:
@@ -141,7 +170,7 @@ class Layout:
 
     def expand(self, shape: Sequence[int]) -> "Layout":
         """numpy broadcasting to `shape`: new leading axes and size-1 axes repeat (stride 0)."""
-        shape = [int(n) for n in shape]
+        shape = [_dim(n) for n in shape]
         axes = (((1, 0),),) * (len(shape) - len(self.axes)) + self.axes
         out = []
         for axis, n in zip(axes, shape):
@@ -156,19 +185,21 @@ class Layout:
 
     def tile(self, repeats: Sequence[int]) -> "Layout":
         """Tile: each axis repeated whole, `repeats[k]` times (an outer stride-0 piece)."""
-        return Layout(self.offset, tuple((((int(r), 0),) if int(r) > 1 else ()) + axis
+        return Layout(self.offset, tuple((((_dim(r), 0),) if more_than_one(_dim(r)) else ()) + axis
                                          for axis, r in zip(self.axes, repeats)))
 
     # -- reading it ------------------------------------------------------------------------
     def indices(self) -> np.ndarray:
-        """The source element index of every result element (int64, the result's shape)."""
-        if prod(self.shape) > MAX_INDEX_ELEMENTS:
-            raise NotAffine(f"a view of {prod(self.shape)} elements is too large to enumerate")
-        pieces = [p for axis in self.axes for p in axis]
-        total = np.full((), self.offset, dtype=np.int64)
+        """The source element index of every result element (int64, the result's shape); a
+        layout with symbolic sizes is enumerated at its probe sizes (see `probe`)."""
+        shape = probe(self.shape)
+        if prod(shape) > MAX_INDEX_ELEMENTS:
+            raise NotAffine(f"a view of {prod(shape)} elements is too large to enumerate")
+        pieces = [probe(p) for axis in self.axes for p in axis]
+        total = np.full((), probe(self.offset), dtype=np.int64)
         for size, stride in pieces:
             total = total[..., None] + np.arange(size, dtype=np.int64) * stride
-        return total.reshape(self.shape)
+        return total.reshape(shape)
 
 
 # -- reading a chain of view ops off the graph ---------------------------------------------
@@ -197,8 +228,8 @@ def apply(layout: Layout, node: Node, value: Value) -> Layout:
             axis = int(axis) % rank
             if int(step) < 1:
                 raise NotAffine(f"Slice {node.name} steps backwards")
-            lo, hi, st = slice(int(start), int(end), int(step)).indices(layout.shape[axis])
-            layout = layout.slice(axis, lo, hi, st)
+            clamped = _slices(layout.shape, {"starts": [start], "ends": [end], "axes": [axis], "steps": [step]})[axis]
+            layout = layout.slice(axis, clamped.start, clamped.stop, clamped.step)
         return layout
     if op == "Split":
         axis = int(node.attrs.get("axis", 0)) % rank
@@ -230,8 +261,8 @@ def split_sizes(node: Node) -> list:
     if split:
         return [int(s) for s in split]
     n = len(node.outputs)
-    chunk = -(-shape[axis] // n)
-    return [min(chunk, max(shape[axis] - i * chunk, 0)) for i in range(n)]
+    chunk = -floordiv(-shape[axis], n)
+    return [dim_min(chunk, dim_max(shape[axis] - i * chunk, 0)) for i in range(n)]
 
 
 def is_view(node: Optional[Node]) -> bool:

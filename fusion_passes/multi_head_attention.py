@@ -26,6 +26,7 @@ with its NF code.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 from typing import Optional
 
 import numpy as np
@@ -36,6 +37,7 @@ from fusion_passes.attention_patterns import (Heads, ScoreChain, batch_index, fi
                                               merge_heads, probs_reader, read_heads, walk_scores)
 from fusion_passes.base import FusionPass, Match, Reject, fuse
 from ge.ir import Graph, Node, TensorDesc, Value
+from ge.symbolic import mod
 
 
 class MultiHeadAttentionFusionPass(FusionPass):
@@ -74,7 +76,7 @@ class MultiHeadAttentionFusionPass(FusionPass):
                              "block, and its columns are not the kernel's heads in order (it cannot be a kernel "
                              "input as it is)", heads.nodes, [heads.linear.output])
             x = heads.linear.output if heads.role in projected else heads.linear.x
-            if int(np.prod(x.desc.shape[:-1], dtype=np.int64)) != heads.batch * heads.seq:
+            if prod(x.desc.shape[:-1]) != heads.batch * heads.seq:
                 raise Reject(reasons.SHAPE_MISMATCH,
                              f"{heads.role} projection input {x.name} {list(x.desc.shape)} does not hold "
                              f"[B, S] = [{heads.batch}, {heads.seq}] rows", [heads.linear.matmul], [x])
@@ -186,8 +188,8 @@ def _plan(q: Heads, k: Heads, v: Heads, scores_batch: tuple, context_batch: tupl
         raise Reject(reasons.SHAPE_MISMATCH, f"K reads {k.seq} positions but V {v.seq}", [], [])
     if q.dim != k.dim:
         raise Reject(reasons.SHAPE_MISMATCH, f"Q heads have {q.dim} features but K heads {k.dim}", [], [])
-    total = int(np.prod(scores_batch, dtype=np.int64)) if scores_batch else 1
-    if total % q.batch:
+    total = prod(scores_batch) if scores_batch else 1
+    if mod(total, q.batch) != 0:
         raise Reject(reasons.SHAPE_MISMATCH, f"scores batch {list(scores_batch)} is not batch {q.batch} x heads",
                      q.nodes, [])
     heads = total // q.batch
@@ -291,7 +293,7 @@ def _term_shape(term: Value, batch_shape: tuple, plan: Plan) -> tuple:
 def _batch_split(batch_shape: tuple, plan: Plan):
     """k such that batch_shape[:k] are the batch axes and batch_shape[k:] the heads, or None."""
     return next((k for k in range(len(batch_shape) + 1)
-                 if int(np.prod(batch_shape[:k], dtype=np.int64)) == plan.batch), None)
+                 if prod(batch_shape[:k]) == plan.batch), None)
 
 
 def _score_input(graph: Graph, term: Value, factor: float, batch_shape: tuple, plan: Plan, name: str) -> Value:

@@ -26,6 +26,8 @@ def instantiate(value, values: Mapping):
         return [instantiate(v, values) for v in value]
     if isinstance(value, tuple):
         return tuple(instantiate(v, values) for v in value)
+    if isinstance(value, dict):
+        return {k: instantiate(v, values) for k, v in value.items()}
     if isinstance(value, np.ndarray) and value.dtype == object:
         return np.array([instantiate(v, values) for v in value.reshape(-1)], dtype=np.int64).reshape(value.shape)
     return value

@@ -24,6 +24,10 @@ import re
 from typing import Mapping, Optional, Union
 
 INF = float("inf")
+# No tensor dim can reach this (a tensor of 2^62 elements overflows GE's int64 byte size):
+# decisions about an unbounded symbol take it as its ceiling, so `S < 2^63 - 1` (an
+# exporter's "to the end" slice bound) is decided, while ranges still report "unbounded".
+DIM_LIMIT = 1 << 62
 
 
 class SymbolicDimError(TypeError):
@@ -46,8 +50,8 @@ class Symbol:
     def key(self) -> tuple:
         return (0, self.name)
 
-    def bounds(self) -> tuple:
-        return (self.lo, INF if self.hi is None else self.hi)
+    def bounds(self, cap=INF) -> tuple:
+        return (self.lo, cap if self.hi is None else self.hi)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Symbol) and other.name == self.name
@@ -71,8 +75,8 @@ class Func:
     def key(self) -> tuple:
         return self._key
 
-    def bounds(self) -> tuple:
-        a, b = (bounds(x) for x in self.args)
+    def bounds(self, cap=INF) -> tuple:
+        a, b = (bounds(x, cap) for x in self.args)
         if self.kind == "max":
             return (max(a[0], b[0]), max(a[1], b[1]))
         if self.kind == "min":
@@ -425,7 +429,14 @@ def dim_min(a, b):
 def _extreme(kind: str, a, b):
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b) if kind == "max" else min(a, b)
-    lo, hi = bounds(_add(a, _neg(b)))
+    if _key_of(a) == _key_of(b):
+        return a
+    other = "min" if kind == "max" else "max"
+    for x, y in ((a, b), (b, a)):      # max(x, min(x, c)) = x and min(x, max(x, c)) = x
+        atom = _single_atom(y)
+        if isinstance(atom, Func) and atom.kind == other and any(_key_of(arg) == _key_of(x) for arg in atom.args):
+            return x
+    lo, hi = bounds(_add(a, _neg(b)), DIM_LIMIT)
     if lo >= 0:
         return a if kind == "max" else b
     if hi <= 0:
@@ -436,6 +447,13 @@ def _extreme(kind: str, a, b):
 
 # -- ranges ------------------------------------------------------------------------------------
 
+def _single_atom(x):
+    """The atom `x` is (coefficient 1, one factor), else None."""
+    if isinstance(x, Dim) and len(x.terms) == 1 and x.terms[0][1] == 1 and len(x.terms[0][0]) == 1:
+        return x.terms[0][0][0]
+    return None
+
+
 def _imul(x: tuple, y: tuple) -> tuple:
     products = []
     for p in x:
@@ -444,15 +462,16 @@ def _imul(x: tuple, y: tuple) -> tuple:
     return (min(products), max(products))
 
 
-def bounds(x) -> tuple:
-    """(lo, hi) every value of `x` lies in; float +-inf where unbounded."""
+def bounds(x, cap=INF) -> tuple:
+    """(lo, hi) every value of `x` lies in; float +-inf where unbounded (with `cap`, an
+    unbounded symbol is taken to be at most `cap`)."""
     if not isinstance(x, Dim):
         return (x, x)
     lo = hi = 0
     for mono, coeff in x.terms:
         interval = (1, 1)
         for atom in mono:
-            interval = _imul(interval, atom.bounds())
+            interval = _imul(interval, atom.bounds(cap))
         interval = _imul(interval, (coeff, coeff))
         lo, hi = lo + interval[0], hi + interval[1]
     return (lo, hi)
@@ -465,7 +484,7 @@ def upper_bound(x) -> Optional[int]:
 
 
 def _decide(a, b, op: str) -> bool:
-    lo, hi = bounds(_add(a, _neg(b)))
+    lo, hi = bounds(_add(a, _neg(b)), DIM_LIMIT)
     if op == "<":
         if hi < 0:
             return True

@@ -213,6 +213,30 @@ def _export(built, exporter: str, path: str) -> str:
     return path
 
 
+def export_dynamic(name: str, exporter: str, path: str) -> str:
+    """Export the small `name` (bert, gpt2) with its batch and sequence length dynamic, as
+    users export for serving (TorchScript's `dynamic_axes`, dynamo's `dynamic_shapes`)."""
+    import torch
+    model, args, names = build(name)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript":
+            axes = {n: {0: "batch", 1: "seq"} for n in names + ["output"]}
+            torch.onnx.export(model, args, path, dynamo=False, do_constant_folding=False,
+                              opset_version=TORCHSCRIPT_OPSET, input_names=names, output_names=["output"],
+                              dynamic_axes=axes)
+        elif exporter == "dynamo":
+            from torch.export import Dim
+            batch, seq = Dim("batch", max=64), Dim("seq", min=2, max=64)
+            shapes = (tuple({0: batch, 1: seq} for _ in names),)      # forward(*args): one tuple
+            program = torch.onnx.export(model, args, dynamo=True, opset_version=DYNAMO_OPSET, input_names=names,
+                                        output_names=["output"], dynamic_shapes=shapes, verbose=False)
+            program.save(path)
+        else:
+            raise ValueError(f"unknown exporter {exporter!r}; known: {EXPORTERS}")
+    return path
+
+
 def example_feeds(name: str, size: str = "small", layers: Optional[int] = None) -> dict:
     """The example inputs used at export time, as numpy feeds (BERT's mask has zeros)."""
     _, args, names = build(name, size, layers)

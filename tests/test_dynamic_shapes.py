@@ -263,3 +263,66 @@ def test_config_inputs_computed_at_run_time_are_read_by_the_kernel(op, tmp_path)
         shapes.add(tuple(g.shape for g in got))
         times.append(session.last_result.npu_time_ms["mean"])
     assert len(shapes) >= 2 and all(t >= 0 for t in times)
+
+
+# -- attention over a dynamic sequence length -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dynamic_exports(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("onnxscript")
+    import exporters
+    root, cache = tmp_path_factory.mktemp("dynamic_exports"), {}
+
+    def get(name, exporter):
+        if (name, exporter) not in cache:
+            path = str(root / f"{name}_{exporter}.onnx")
+            exporters.export_dynamic(name, exporter, path)
+            cache[name, exporter] = path
+        return cache[name, exporter]
+
+    return get
+
+
+def _token_feeds(model: onnx.ModelProto, batch: int, length: int) -> dict:
+    rng = np.random.default_rng(batch * 100 + length)
+    feeds = {}
+    for info in model.graph.input:
+        if "mask" in info.name:
+            feeds[info.name] = np.ones((batch, length), np.int64)
+            feeds[info.name][0, length // 2:] = 0                   # padding in the first sequence
+        elif "token_type" in info.name:
+            feeds[info.name] = np.zeros((batch, length), np.int64)
+        else:
+            feeds[info.name] = rng.integers(0, 100, (batch, length)).astype(np.int64)
+    return feeds
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_attention_over_a_dynamic_sequence_length_fuses_and_matches_at_three_lengths(dynamic_exports, exporter,
+                                                                                       tmp_path):
+    """BERT exported with dynamic batch and sequence axes: every block is one MHA kernel
+    checked on the symbols (no Softmax left), and each length runs priced at its own sizes."""
+    import exporters
+    from codegen.fused.attention import OP_TYPE
+    path = dynamic_exports("bert", exporter)
+    model = onnx.load(path)
+    shape = exporters.decoder_input_shape(model)                    # every dynamic dim -1
+    assert shape.count("-1") == 2 * len(model.graph.input)
+    report = atc_py.compile(path, output=str(tmp_path / "b"), soc_version="Ascend910", input_shape=shape,
+                            precision_mode="force_fp32")
+    assert report["dynamic"]["symbolic_matches"]["MHA"] == 2
+    assert not [m for m in report["misses"] if m["pass"] == "MultiHeadAttentionFusionPass"]
+    session = atc_py.InferSession(str(tmp_path / "b.om"))
+    kinds = [n.op_type for n in session.model.graph.nodes]
+    assert kinds.count(OP_TYPE) == 2 and "Softmax" not in kinds
+    dims = set()
+    for batch, length in [(1, 3), (2, 8), (3, 16)]:
+        feeds = _token_feeds(model, batch, length)
+        got, = session.infer(feeds)
+        ref, = run_ort(model, feeds).values()
+        assert got.shape == ref.shape == (batch, length, 64) and np.allclose(got, ref, atol=1e-5)
+        assert session.last_result.npu_time_ms["mean"] > 0
+        dims.add(tuple(sorted(session.last_result.dims.values())))
+    assert len(dims) == 3 and len(session.model.timings_by_shape) == 3

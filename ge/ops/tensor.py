@@ -15,7 +15,7 @@ import numpy as np
 
 from ge.ops import common
 from ge.ops.common import broadcast_shape, dims_match, static_dims
-from ge.symbolic import Dim
+from ge.symbolic import Dim, dim_max, dim_min, floordiv
 from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import AtcError, InvalidNode
 
@@ -236,15 +236,20 @@ def _slices(shape, attrs):
         start = start + dim if start < 0 else start
         end = end + dim if end < 0 else end
         if step > 0:
-            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+            start, end = dim_min(dim_max(start, 0), dim), dim_min(dim_max(end, 0), dim)
         else:
-            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+            start, end = dim_min(dim_max(start, 0), dim - 1), dim_min(dim_max(end, -1), dim - 1)
         index[axis] = slice(start, None if end < 0 else end, step)
     return tuple(index)
 
 
-def _slice_len(s: slice, dim: int) -> int:
-    return len(range(*s.indices(dim)))
+def _slice_len(s: slice, dim) -> int:
+    if not any(isinstance(v, Dim) for v in (s.start, s.stop, dim)):
+        return len(range(*s.indices(dim)))
+    start, stop, step = s.start, s.stop if s.stop is not None else -1, s.step   # already clamped to [-1, dim]
+    if step > 0:
+        return dim_max(floordiv(stop - start + step - 1, step), 0)
+    return dim_max(floordiv(start - stop - step - 1, -step), 0)
 
 
 _reg("Slice", OpKind.INJECTIVE,

@@ -178,6 +178,7 @@ def infer_and_fold(graph: Graph) -> int:
                               f"outputs but produces {len(types)}.", "Check the model.")
         for value, ttype in zip(node.outputs, types):
             _check_shape(node, value, ttype, budget)
+        foldable = foldable and not any(isinstance(d, Dim) for t in types for d in t.shape)  # sized at run time
         if foldable and sum(tensor_bytes(t.shape, t.dtype) for t in types) <= _MAX_FOLDED_BYTES:
             try:
                 results = _evaluate(node, op)
