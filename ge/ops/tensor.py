@@ -244,6 +244,8 @@ def _slices(shape, attrs):
 
 
 def _slice_len(s: slice, dim) -> int:
+    if s == slice(None):                    # an axis no Slice entry names: whole
+        return dim
     if not any(isinstance(v, Dim) for v in (s.start, s.stop, dim)):
         return len(range(*s.indices(dim)))
     start, stop, step = s.start, s.stop if s.stop is not None else -1, s.step   # already clamped to [-1, dim]
