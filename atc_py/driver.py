@@ -44,7 +44,7 @@ def _generate_om(options: AtcOptions, log, progress):
         log.info(f"--fusion_switch_file: Huawei pass [{huawei}] is taken as [{ours}].")
     progress.stage("Pricing the fusion report")
     fusion_report = report.build_report(result, options.soc_version, options.precision_mode,
-                                        options.super_kernel_scope)
+                                        options.super_kernel_scope, options.small_channel)
     progress.close()
     report.print_report(fusion_report, log)
     with Outputs() as out:
@@ -93,7 +93,7 @@ def generate_gear_om(options: AtcOptions, log, progress=None):
     reports = []
     for index, result in enumerate(geared.gears):
         fusion_report = report.build_report(result, options.soc_version, options.precision_mode,
-                                            options.super_kernel_scope)
+                                            options.super_kernel_scope, options.small_channel)
         log.ge(report.gear_title(geared.spec, index))
         report.print_report(fusion_report, log)
         reports.append(fusion_report)

@@ -103,6 +103,11 @@ class AtcOptions:
     # op_precision_mode, aipp; and "gears", the GearSpec of a gear flag
     parsed: dict = field(default_factory=dict)
 
+    @property
+    def small_channel(self) -> bool:
+        """--enable_small_channel=1: convs of at most 4 input channels are priced with C0 = 4."""
+        return self.enable_small_channel == "1"
+
     def validate(self) -> None:
         """Check every option that the chosen mode uses; raise the first AtcError found."""
         for name in ("model", "output", "om", "json", "check_report") + CONFIG_FILE_OPTIONS:

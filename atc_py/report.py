@@ -69,7 +69,8 @@ def _kernels(graph: Graph) -> int:
     return sum(1 for n in graph.nodes if not kernel_of(n.op_type).no_task)
 
 
-def build_report(result, soc_version: str, precision_mode: str, super_kernel_scope: str = "") -> FusionReport:
+def build_report(result, soc_version: str, precision_mode: str, super_kernel_scope: str = "",
+                 small_channel: bool = False) -> FusionReport:
     chip = load_chip(soc_version)
     default = lambda node: compute_dtype(node, precision_mode)  # noqa: E731
     dtype_of = result.plan.dtype_of if result.plan is not None else default
@@ -77,12 +78,12 @@ def build_report(result, soc_version: str, precision_mode: str, super_kernel_sco
     graph, unfused = result.graph, result.unfused
     if graph.is_dynamic:          # priced at one set of sizes (the ranges' maxima or --input_hint_shape)
         graph, unfused = specialize(graph, result.priced_at), specialize(unfused, result.priced_at)
-    before = node_costs(unfused, chip, unfused_dtype_of)
-    after = node_costs(graph, chip, dtype_of)
+    before = node_costs(unfused, chip, unfused_dtype_of, small_channel)
+    after = node_costs(graph, chip, dtype_of, small_channel)
     launched = [n for n in graph.nodes if not kernel_of(n.op_type).no_task]
     groups = super_kernel.plan(launched, super_kernel_scope)
     group_of = {name: i for i, group in enumerate(groups) for name in group}
-    stream = price_tasks(graph, chip, dtype_of, group_of)
+    stream = price_tasks(graph, chip, dtype_of, group_of, small_channel)
     patterns = []
     for outcome in fusion_outcomes(result):
         if outcome.match_times == 0 and not outcome.effect_times:

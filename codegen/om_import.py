@@ -79,6 +79,7 @@ class LoadedOm:
     soc_version: str
     precision_mode: str
     gears: Optional[object] = None   # codegen.gear_import.Gears of a gear model (graph = its gear 0)
+    enable_small_channel: bool = False   # atc --enable_small_channel=1 (convs of <= 4 channels use C0 = 4)
 
 
 def _desc(td, symbols: Optional[dict] = None) -> TensorDesc:
@@ -218,7 +219,8 @@ def _build_graph(opened: OpenedOm) -> LoadedOm:
     if any(name not in known for name in tasks):
         raise _bad("The task list names an op that is not in the model.")
     return LoadedOm(om, graph, compute_dtypes, tasks, task_def, str(model_attrs.get("soc_version", "")),
-                    str(model_attrs.get("precision_mode", "")))
+                    str(model_attrs.get("precision_mode", "")),
+                    enable_small_channel=str(model_attrs.get("enable_small_channel", "0")) == "1")
 
 
 def graph_from_def(g, weights: bytes, input_name=lambda op: op.name, symbols: Optional[dict] = None) -> tuple:

@@ -3,24 +3,34 @@
 There is no NPU here, so every kernel time is estimated: DaVinci's queues (MTE2 in, Cube,
 Vector, MTE3 out) run in parallel with double buffering, so a kernel costs its launch and
 scalar prologue, the slowest queue, and the fill/drain of one tile through the others.
-Every hardware number comes from ``simulator/chips/<soc>.json`` (value, unit, source,
-confidence); this module only holds formulas.  COST_MODEL.md derives each of them.
+A cube product is padded to the 16x16x16 fractal (conv channels to C0) and split over the
+AI cores in whole fractals; what each core streams in follows from that split and the L0C
+tile it accumulates in.  Global memory is DDR/HBM behind an L2 that keeps recent tensors
+(the stream-level residency is decided in `simulator/pricing.py`).  Every hardware number
+comes from ``simulator/chips/<soc>.json`` and the design files it refers to (value, unit,
+source, confidence); this module only holds formulas.  COST_MODEL.md derives each of them.
 """
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
-from codegen.work import VECTOR_OP_CLASSES, Work
+from codegen.work import VECTOR_OP_CLASSES, Gemm, Work
 from ge.errors import AtcError
 
 CHIP_DIR = Path(__file__).resolve().parent / "chips"
-CONFIDENCE_LEVELS = ("primary", "secondary", "derived", "unconfirmed")
+DESIGN_DIR = CHIP_DIR / "designs"
+CONFIDENCE_LEVELS = ("primary", "secondary", "derived", "fitted", "unconfirmed")
+ENTRY_KEYS = {"value", "unit", "source", "confidence"}
+MAX_DESIGN_DEPTH = 8
+ACC_BYTES = 4               # the cube accumulates in fp32 (int32 for int8) in L0C
+BOUNDS = ("memory", "cube", "vector", "launch")
 
 
 # --------------------------------------------------------------------------- chip data
@@ -28,8 +38,9 @@ CONFIDENCE_LEVELS = ("primary", "secondary", "derived", "unconfirmed")
 @dataclass(frozen=True)
 class Chip:
     """One soc's primitive parameters as plain floats (names follow CANN's platform_config
-    ini where one exists); `sources` keeps each value's unit, source and confidence.
-    Peaks are methods computed from the primitives, never stored."""
+    ini where one exists); `sources` keeps each value's unit, source, confidence and the
+    file it came from (the chip file or a design file it refers to).  Peaks are methods
+    computed from the primitives, never stored."""
 
     soc_version: str
     ai_core_cnt: float
@@ -49,20 +60,24 @@ class Chip:
     vector_cycles_transcendental: float
     vector_cycles_move: float
     memory_size: float                    # bytes
-    hbm_bandwidth: float                  # GB/s, whole chip
+    hbm_bandwidth: float                  # GB/s, whole chip, pin rate
+    ddr_efficiency: float                 # sustained share of the pin rate
     l2_size: float                        # bytes
-    ddr_rate: float                       # bytes/cycle/core, GM -> core (MTE2)
+    l2_usable_fraction: float             # share of L2 that keeps activations between kernels
+    ddr_rate: float                       # bytes/cycle/core (stored; the chip-wide DDR rate is what binds)
     l2_read_rate: float                   # bytes/cycle/core, L2 hit -> core
-    l2_write_rate: float                  # bytes/cycle/core (stored; writes priced to HBM)
-    ub_to_ddr_rate: float                 # bytes/cycle/core, UB -> GM (MTE3)
-    l1_to_l0_a_rate: float                # stored, not used: L0 reuse assumed
+    l2_write_rate: float                  # bytes/cycle/core (stored; writes priced on MTE3)
+    ub_to_ddr_rate: float                 # bytes/cycle/core, UB -> global memory (MTE3)
+    l1_to_l0_a_rate: float                # stored: the L0C tile reuse keeps MTE1 off the critical path
     l1_to_l0_b_rate: float
     ub_size: float                        # bytes per (vector) core
     l1_size: float
     l0_a_size: float
     l0_b_size: float
     l0_c_size: float
-    ubblock_size: float
+    ubblock_size: float                   # bytes: also the C0 channel block (32 B: 16 fp16)
+    small_channel_c0: float               # channels per C0 block under --enable_small_channel
+    cube_output_via_vector: float         # 1: L0C results reach UB through the vector unit
     vector_min_block_bytes: float         # smallest output slice a vector kernel gives a core
     tile_overhead_cycles: float           # per pipeline iteration: DMA issue, flag sync, loop
     task_launch_overhead_us: float        # per task in a static graph
@@ -70,20 +85,23 @@ class Chip:
     gm_latency_us: float                  # first global-memory access, once per kernel
     superkernel_sync_us: float            # per sub-kernel boundary
     superkernel_early_start_saving_us: float
+    design: str = ""
     sources: dict = field(default_factory=dict, compare=False, repr=False)
 
     # -- derived quantities (formulas in COST_MODEL.md) --
 
-    def cube_macs_per_cycle(self, dtype) -> float:
-        """MACs per cycle per core: the cube's M x N x K for the dtype ([DtypeMKN])."""
+    def cube_k(self, dtype) -> float:
+        """The cube's K depth for a dtype ([DtypeMKN])."""
         dt = np.dtype(dtype)
         if dt.kind in "iub" and dt.itemsize == 1:
-            k = self.cube_k_size_int8
-        elif dt.kind == "f" and dt.itemsize >= 4:
-            k = self.cube_k_size_fp32
-        else:
-            k = self.cube_k_size
-        return self.cube_m_size * self.cube_n_size * k
+            return self.cube_k_size_int8
+        if dt.kind == "f" and dt.itemsize >= 4:
+            return self.cube_k_size_fp32
+        return self.cube_k_size
+
+    def cube_macs_per_cycle(self, dtype) -> float:
+        """MACs per cycle per core: the cube's M x N x K for the dtype."""
+        return self.cube_m_size * self.cube_n_size * self.cube_k(dtype)
 
     def cube_peak_flops(self, dtype=np.float16) -> float:
         """Chip peak FLOP/s = cores x MACs/cycle x 2 x clock."""
@@ -99,8 +117,16 @@ class Chip:
             return self.vector_lanes_fp32
         return self.vector_lanes_fp32 * 4 / size
 
+    def vector_peak_ops(self, dtype=np.float16) -> float:
+        """Chip peak of one-cycle vector element ops per second."""
+        return self.vector_cores * self.vector_lanes(dtype) / self.vector_cycles_alu * self.vec_freq * 1e6
+
     def vector_cycles(self, op_class: str) -> float:
         return getattr(self, f"vector_cycles_{op_class}")
+
+    def c0(self, dtype) -> float:
+        """Channels per C0 block: one 32-byte UB block (16 fp16, 32 int8, 8 fp32)."""
+        return max(1.0, self.ubblock_size // np.dtype(dtype).itemsize)
 
     @property
     def split(self) -> bool:
@@ -119,17 +145,33 @@ class Chip:
 
     @property
     def hbm_bytes_per_us(self) -> float:
-        return self.hbm_bandwidth * 1e3          # GB/s = 1e9 B/s = 1e3 B/us
+        """Pin bandwidth: GB/s = 1e9 B/s = 1e3 B/us."""
+        return self.hbm_bandwidth * 1e3
+
+    @property
+    def ddr_bytes_per_us(self) -> float:
+        """What DDR/HBM sustains under streaming traffic."""
+        return self.hbm_bytes_per_us * self.ddr_efficiency
+
+    @property
+    def l2_capacity(self) -> float:
+        """Bytes of L2 that keep activations between kernels."""
+        return self.l2_size * self.l2_usable_fraction
+
+    @property
+    def l0c_tile_elements(self) -> float:
+        """Output elements one double-buffered L0C tile accumulates (fp32)."""
+        return self.l0_c_size / (2 * ACC_BYTES)
 
     def confidence(self, key: str) -> str:
         return self.sources[key]["confidence"]
 
 
-_PARAM_FIELDS = tuple(f.name for f in fields(Chip) if f.name not in ("soc_version", "sources"))
+_PARAM_FIELDS = tuple(f.name for f in fields(Chip) if f.name not in ("soc_version", "design", "sources"))
 
 
 def available_socs() -> list[str]:
-    """The soc versions with a data file in simulator/chips/."""
+    """The soc versions with a data file in simulator/chips/ (design files are not chips)."""
     return sorted(p.stem for p in CHIP_DIR.glob("*.json"))
 
 
@@ -142,62 +184,84 @@ def load_chip(soc_version: str) -> Chip:
             f"Value [{soc_version}] for parameter [--soc_version] is invalid. "
             f"Reason: no chip data for it; supported: {', '.join(socs)}.",
             f"Pass one of: {', '.join(socs)}.")
+    return _load_cached(soc_version)
+
+
+@lru_cache(maxsize=None)
+def _load_cached(soc_version: str) -> Chip:
     return _parse_chip(CHIP_DIR / f"{soc_version}.json")
 
 
-def _parse_chip(path: Path) -> Chip:
+def _read_doc(path: Path) -> dict:
     try:
         doc = json.loads(path.read_text())
-        params = dict(doc["params"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        if not isinstance(doc.get("params"), dict):
+            raise TypeError("no params object")
+        return doc
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
         raise AtcError("E19999", f"chip data file {path} is unreadable: {exc}") from exc
-    params = _with_design(path, doc, params)
-    missing = sorted(set(_PARAM_FIELDS) - set(params))
-    extra = sorted(set(params) - set(_PARAM_FIELDS))
-    if missing or extra:
-        raise AtcError("E19999", f"chip data file {path}: missing {missing}, unknown {extra}")
-    values, sources = {}, {}
-    for key in _PARAM_FIELDS:
-        entry = params[key]
-        if not isinstance(entry, dict) or set(entry) != {"value", "unit", "source", "confidence"}:
-            raise AtcError("E19999", f"{path}: {key} must be {{value, unit, source, confidence}}")
-        if entry["confidence"] not in CONFIDENCE_LEVELS:
-            raise AtcError("E19999", f"{path}: {key} has confidence {entry['confidence']!r}")
-        value = float(entry["value"])
-        if not math.isfinite(value) or value < 0:
-            raise AtcError("E19999", f"{path}: {key} = {entry['value']!r} is not a finite non-negative number")
-        values[key] = value
-        sources[key] = dict(entry)
-    return Chip(soc_version=doc.get("soc_version", path.stem), sources=sources, **values)
 
 
-def _with_design(path: Path, doc: dict, params: dict, depth: int = 0) -> dict:
-    """A chip file may list only the values that make it differ from another chip
-    (``"defaults_from": "<soc>"``, and in ``"defaults_reason"`` why the rest carry over: the
-    same design, or the DaVinci core constants every chip shares); the rest are taken from
-    that chip, each source saying where it comes from."""
-    base_soc = doc.get("defaults_from")
-    if not base_soc:
-        return params
-    base_path = path.parent / f"{base_soc}.json"
-    if depth > 4 or not isinstance(base_soc, str) or not base_path.is_file():
-        raise AtcError("E19999", f"chip data file {path}: defaults_from [{base_soc}] is not a chip data file")
+def _layers(path: Path, depth: int = 0) -> list:
+    """[(path, doc, prefix)] from the most general design to the chip file itself; later
+    layers override earlier ones.  A chip names its `design` (a design may name its `base`),
+    or another chip it takes every value it does not list from (`defaults_from`, with
+    `defaults_reason`: e.g. another bin of the same die); those values' sources then say so."""
+    doc = _read_doc(path)
+    other = doc.get("defaults_from")
+    if other:
+        other_path = CHIP_DIR / f"{other}.json"
+        if depth > MAX_DESIGN_DEPTH or not isinstance(other, str) or "/" in other or not other_path.is_file():
+            raise AtcError("E19999", f"chip data file {path}: defaults_from [{other}] is not a chip data file")
+        note = f"as {other} ({doc.get('defaults_reason', '')}): "
+        return [(p, d, note + prefix) for p, d, prefix in _layers(other_path, depth + 1)] + [(path, doc, "")]
+    chain = [(path, doc, "")]
+    ref = doc.get("design")
+    while ref:
+        if len(chain) > MAX_DESIGN_DEPTH or not isinstance(ref, str) or "/" in ref or ref.startswith("."):
+            raise AtcError("E19999", f"chip data file {path}: bad or cyclic design reference {ref!r}")
+        design_path = DESIGN_DIR / f"{ref}.json"
+        if not design_path.is_file():
+            raise AtcError("E19999", f"chip data file {chain[-1][0]}: design {ref!r} has no file {design_path}")
+        doc = _read_doc(design_path)
+        chain.append((design_path, doc, ""))
+        ref = doc.get("base")
+    return chain[::-1]
+
+
+def _label(path: Path) -> str:
+    """Where a value came from: the data file, relative to simulator/chips/ when inside it."""
     try:
-        base_doc = json.loads(base_path.read_text())
-        base = _with_design(base_path, base_doc, dict(base_doc["params"]), depth + 1)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise AtcError("E19999", f"chip data file {base_path} is unreadable: {exc}") from exc
-    merged = {}
-    for key, entry in base.items():
-        if key in params:
-            continue
-        if not isinstance(entry, dict) or "source" not in entry:
-            merged[key] = entry          # reported as malformed below
-            continue
-        merged[key] = {**entry, "source": f"as {base_soc} ({doc.get('defaults_reason', '')}): "
-                                          f"{entry['source']}"}
-    merged.update(params)
-    return merged
+        return path.resolve().relative_to(CHIP_DIR).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _parse_chip(path: Path) -> Chip:
+    values, sources = {}, {}
+    layers = _layers(path)
+    for layer_path, doc, prefix in layers:
+        for key, entry in doc["params"].items():
+            if key not in _PARAM_FIELDS:
+                raise AtcError("E19999", f"{layer_path}: unknown parameter {key!r}")
+            if not isinstance(entry, dict) or set(entry) != ENTRY_KEYS:
+                raise AtcError("E19999", f"{layer_path}: {key} must be {{value, unit, source, confidence}}")
+            if entry["confidence"] not in CONFIDENCE_LEVELS:
+                raise AtcError("E19999", f"{layer_path}: {key} has confidence {entry['confidence']!r}")
+            try:
+                value = float(entry["value"])
+            except (TypeError, ValueError):
+                value = math.nan
+            if not math.isfinite(value) or value < 0:
+                raise AtcError("E19999", f"{layer_path}: {key} = {entry['value']!r} is not a finite non-negative number")
+            values[key] = value
+            sources[key] = dict(entry, source=prefix + entry["source"], file=_label(layer_path))
+    missing = sorted(set(_PARAM_FIELDS) - set(values))
+    if missing:
+        raise AtcError("E19999", f"chip data file {path}: missing {missing} (in the file and its designs)")
+    designs = [doc.get("design", "") for p, doc, _ in layers if p.parent == DESIGN_DIR]
+    return Chip(soc_version=layers[-1][1].get("soc_version", path.stem), design=designs[-1] if designs else "",
+                sources=sources, **values)
 
 
 # --------------------------------------------------------------------------- kernel cost
@@ -207,12 +271,15 @@ class KernelSpec:
     """What the cost model needs to know about one kernel.
 
     Bytes are global-memory traffic in the compute dtype: `input_bytes` every external input
-    read (weights included), `output_bytes` every output written, `intermediate_bytes` the
-    tensors a fused kernel keeps on chip instead (defaults to ``work.onchip_bytes``; an
-    explicit value wins, they are never added).  `l2_resident_input_bytes` of the inputs
-    are expected to hit in L2 (e.g. just written by the previous kernel; the caller decides).
-    `parallel_blocks` overrides the default split (see `_blocks`), e.g. for reductions
-    whose partial results combine across cores.  `no_task` kernels are views: free."""
+    read (`weight_bytes` of them constants), `output_bytes` every output written,
+    `intermediate_bytes` the tensors a fused kernel keeps on chip instead (defaults to
+    ``work.onchip_bytes``; an explicit value wins, they are never added).  Where the data
+    sits is the stream's business (`simulator/pricing.py`): `l2_input_bytes` of the
+    activation inputs hit in L2, `l2_output_bytes` of the outputs stay in L2 and are never
+    written back to DDR; by default everything comes from and goes to DDR.
+    `parallel_blocks` overrides the default split of a vector kernel (see `_blocks`).
+    `small_channel`: convs with at most `small_channel_c0` input channels pack them in that
+    C0 (ATC's --enable_small_channel).  `no_task` kernels are views: free."""
 
     name: str
     op_type: str
@@ -224,16 +291,22 @@ class KernelSpec:
     no_task: bool = False
     output_elements: Optional[int] = None
     largest_input_bytes: int = 0    # the biggest single input: what a reduction streams per output
-    l2_resident_input_bytes: int = 0
+    weight_bytes: int = 0
+    l2_input_bytes: int = 0
+    l2_output_bytes: int = 0
     parallel_blocks: Optional[int] = None
+    small_channel: bool = False
 
     def __post_init__(self):
         self.compute_dtype = np.dtype(self.compute_dtype)
         if self.intermediate_bytes is None:
             self.intermediate_bytes = int(getattr(self.work, "onchip_bytes", 0))
-        for name in ("input_bytes", "output_bytes", "intermediate_bytes", "l2_resident_input_bytes"):
+        for name in ("input_bytes", "output_bytes", "intermediate_bytes", "weight_bytes", "l2_input_bytes",
+                     "l2_output_bytes"):
             if getattr(self, name) < 0:
                 raise AtcError("E19999", f"kernel {self.name}: {name} is negative")
+        if self.weight_bytes + self.l2_input_bytes > self.input_bytes or self.l2_output_bytes > self.output_bytes:
+            raise AtcError("E19999", f"kernel {self.name}: more weight/L2 bytes than it reads or writes")
         if self.work.cube_macs < 0 or any(v < 0 for v in self.work.vector_ops.values()):
             raise AtcError("E19999", f"kernel {self.name}: negative work")
         unknown = set(self.work.vector_ops) - set(VECTOR_OP_CLASSES)
@@ -242,10 +315,18 @@ class KernelSpec:
         if self.parallel_blocks is not None and self.parallel_blocks < 1:
             raise AtcError("E19999", f"kernel {self.name}: parallel_blocks must be >= 1")
 
+    @property
+    def ddr_read_bytes(self) -> int:
+        return self.input_bytes - self.l2_input_bytes
+
+    @property
+    def ddr_write_bytes(self) -> int:
+        return self.output_bytes - self.l2_output_bytes
+
 
 @dataclass
 class KernelCost:
-    """Per-pipe busy times of the busiest core, in microseconds."""
+    """Per-pipe busy times of the busiest core, in microseconds, and what the kernel moved."""
 
     name: str
     op_type: str
@@ -255,15 +336,21 @@ class KernelCost:
     cube_us: float = 0.0
     vector_us: float = 0.0
     mte3_us: float = 0.0
-    hbm_us: float = 0.0             # chip-wide HBM occupancy (reads + writes share the pins)
-    fill_drain_us: float = 0.0
+    hbm_us: float = 0.0             # chip-wide DDR/HBM occupancy (reads + writes share the pins)
+    fill_drain_us: float = 0.0      # pipeline fill/drain and per-tile overhead beyond the slowest pipe
+    latency_us: float = 0.0         # first global-memory access before the pipeline starts
     total_us: float = 0.0
-    bound: str = "none"             # "memory" | "cube" | "vector" | "none" (no task)
+    bound: str = "none"             # "memory" | "cube" | "vector" | "launch" | "none" (no task)
     cores_used: int = 0
     blocks: float = 0.0
     spill_bytes: float = 0.0
-    tiles: float = 0.0              # pipeline iterations per core (real-valued, see 3.5)
+    tiles: float = 0.0              # pipeline iterations per core
     launches: int = 0
+    flops: float = 0.0              # useful arithmetic: 2 x cube MACs + vector element ops
+    padded_macs: float = 0.0        # MACs the cube really runs (fractal and C0 padding)
+    ddr_bytes: float = 0.0          # DDR/HBM traffic, reads + writes
+    l2_bytes: float = 0.0           # inputs served by L2
+    memory_bytes: float = 0.0       # everything the kernel reads and writes in global memory
 
     @property
     def pipes(self) -> dict:
@@ -274,22 +361,135 @@ class KernelCost:
     def steady_us(self) -> float:
         return max(self.pipes.values())
 
+    @property
+    def overhead_us(self) -> float:
+        """Launch, scalar prologue and first-access latency: time no pipe is busy."""
+        return self.launch_us + self.scalar_us + self.latency_us
 
-def _blocks(chip: Chip, spec: KernelSpec, cube: bool) -> float:
-    """Independent pieces of output a kernel can be split into, as a real number >= 1.
-    Cube kernels: one 16x16 output fractal each.  Vector kernels: `vector_min_block_bytes`
-    of the larger of output and biggest input each, at most one block per output element."""
+    @property
+    def body_us(self) -> float:
+        """The pipelined part: slowest pipe plus fill/drain."""
+        return self.steady_us + self.fill_drain_us
+
+
+# -- cube products -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """One `Gemm` padded to the cube and split over cores: the busiest core's cycles, the
+    bytes it streams in, its L0C tiles and padded outputs."""
+
+    cores: int
+    cycles: float
+    reads: float                # bytes the busiest core streams in for this product's operands
+    memory_bytes: float         # operand bytes the kernel reads from global memory at least once
+    tiles: float
+    out_elements: float         # padded outputs on the busiest core (they leave L0C once)
+    padded_macs: float
+
+
+def _ceil(a: float, b: float) -> int:
+    return int(math.ceil(a / b - 1e-12))
+
+
+def _candidates(limit: int, dim: int) -> list:
+    """Core counts worth trying along one axis: each distinct per-core share of `dim`."""
+    top = max(1, min(limit, dim))
+    return sorted({min(top, _ceil(dim, _ceil(dim, p))) for p in range(1, top + 1)})
+
+
+def _streamed(a: float, b: float, products: int, shared_b: bool, m_tiles: int, n_tiles: int,
+              half_l1: float) -> float:
+    """Bytes one core streams into L1 for its `products` products of A slice `a` x B slice
+    `b` (COST_MODEL.md 3.2).  Each L0C tile needs its A panel (a / m_tiles) and B panel
+    (b / n_tiles); whatever fits half of L1 is loaded once and reused, the rest streams again
+    for every tile that needs it, in the cheapest loop order.  A B that fits L1 stays there
+    across products (once if shared, else once per product)."""
+    held_b = b <= half_l1
+    if a <= half_l1:
+        each = a + (0.0 if held_b else b)
+    elif held_b:
+        each = a
+    else:
+        options = [a * n_tiles + b * m_tiles]
+        if a / m_tiles <= half_l1:          # keep an A panel, stream B once per panel
+            options.append(a + b * m_tiles)
+        if b / n_tiles <= half_l1:          # keep a B panel, stream A once per panel
+            options.append(a * n_tiles + b)
+        each = min(options)
+    return products * each + (b * (1 if shared_b else products) if held_b else 0.0)
+
+
+@lru_cache(maxsize=4096)
+def plan_gemm(chip: Chip, gemm: Gemm, dtype: np.dtype, small_channel: bool = False) -> GemmPlan:
+    """Pad `gemm` to fractals and C0 and split it over the AI cores (COST_MODEL.md 3.2)."""
+    dtype = np.dtype(dtype)
+    item = dtype.itemsize
+    frac_m, frac_n, kc = chip.cube_m_size, chip.cube_n_size, chip.cube_k(dtype)
+    c0 = chip.c0(dtype)
+    channels = max(1, gemm.k // max(gemm.k_window, 1))
+    # Grouped convs with few channels per group share one fractal (block-diagonal weights).
+    pack = min(gemm.groups, max(1, int(c0 // channels))) if gemm.groups > 1 and channels < c0 else 1
+    if small_channel and gemm.k_window > 1 and channels * pack <= chip.small_channel_c0:
+        c0 = chip.small_channel_c0
+    channels_padded = _ceil(channels * pack, c0) * c0
+    k_padded = _ceil(channels_padded * gemm.k_window, kc) * kc
+    n_packed = gemm.n * pack
+    products = gemm.batch * _ceil(gemm.groups, pack)
+    mf, nf, kf = _ceil(gemm.m, frac_m), _ceil(n_packed, frac_n), _ceil(k_padded, kc)
+    a_product = 0.0 if gemm.a_onchip else (gemm.a_elements or gemm.m * gemm.k) * pack * item * channels_padded / (channels * pack)
+    b_product = 0.0 if gemm.b_onchip else k_padded * nf * frac_n * item
+    half_l1 = chip.l1_size / 2
+    cores_avail = int(chip.ai_core_cnt)
+    best = None
+    for pb in _candidates(cores_avail, products):
+        for pm in _candidates(cores_avail // pb, mf):
+            pn = max(1, min(cores_avail // (pb * pm), nf))
+            bc, mc, nc = _ceil(products, pb), _ceil(mf, pm), _ceil(nf, pn)
+            rows, cols = mc * frac_m, nc * frac_n
+            m0 = min(rows, 128)
+            n0 = min(cols, max(frac_n, (chip.l0c_tile_elements // m0) // frac_n * frac_n))
+            m_tiles, n_tiles = _ceil(rows, m0), _ceil(cols, n0)
+            a_slice = a_product * mc / mf                 # this core's A rows, one product
+            b_slice = b_product * nc / nf                 # this core's B columns, one product
+            reads = _streamed(a_slice, b_slice, bc, gemm.shared_b, m_tiles, n_tiles, half_l1)
+            cycles = bc * mc * nc * kf
+            time = max(cycles, reads / chip.l2_read_rate)
+            key = (time, pb * pm * pn)
+            if best is None or key < best[0]:
+                best = (key, pb * pm * pn, cycles, reads, bc * m_tiles * n_tiles, bc * rows * cols)
+    _, cores, cycles, reads, tiles, outs = best
+    memory = 0.0 if gemm.a_onchip else gemm.batch * gemm.groups * (gemm.a_elements or gemm.m * gemm.k) * item
+    if not gemm.b_onchip:
+        memory += (1 if gemm.shared_b else gemm.batch) * gemm.groups * gemm.k * gemm.n * item
+    return GemmPlan(cores, float(cycles), float(reads), memory, float(tiles), float(outs),
+                    float(products * mf * nf * kf * frac_m * frac_n * kc))
+
+
+def _blocks(chip: Chip, spec: KernelSpec) -> float:
+    """Independent pieces of output a vector kernel can be split into, as a real number
+    >= 1: `vector_min_block_bytes` of the larger of output and biggest input each, at most
+    one block per output element."""
     if spec.parallel_blocks is not None:
         return float(spec.parallel_blocks)
     elements = spec.output_elements
     if elements is None:
         elements = spec.output_bytes / spec.compute_dtype.itemsize
-    if cube:
-        return max(1.0, elements / (chip.cube_m_size * chip.cube_n_size))
     # A vector block is sized by the bigger of what it writes and what it streams in, but a
     # block needs at least one output element of its own: a row reduction splits by rows.
     streamed = max(spec.output_bytes, spec.largest_input_bytes)
     return max(1.0, min(float(max(elements, 1)), streamed / chip.vector_min_block_bytes))
+
+
+def _spill(chip: Chip, spec: KernelSpec, blocks: float, io_stream: float) -> tuple:
+    """(spilled bytes, on-chip bytes per block): intermediates that do not fit UB next to the
+    double-buffered streams go out to memory and come back (COST_MODEL.md 3.3)."""
+    capacity = chip.ub_size
+    io_block = io_stream / blocks
+    inter_block = spec.intermediate_bytes / blocks
+    stream_reserve = 2 * min(io_block, capacity / 4)          # double-buffered, sub-chunkable
+    spill_block = min(inter_block, max(0.0, inter_block + stream_reserve - capacity))
+    return spill_block * blocks, 2 * io_block + inter_block - spill_block
 
 
 def price_kernel(chip: Chip, spec: KernelSpec) -> KernelCost:
@@ -299,70 +499,85 @@ def price_kernel(chip: Chip, spec: KernelSpec) -> KernelCost:
         return cost
     work = spec.work
     cube = work.cube_macs > 0
-    cores_avail = chip.ai_core_cnt if cube else chip.vector_cores
     freq = chip.vec_freq if chip.split and not cube else chip.cube_freq   # clock of the movers
-
-    # Parallel split: whole blocks per core; the busiest core does `share` of the kernel.
-    blocks = _blocks(chip, spec, cube)
-    whole_blocks = math.ceil(blocks - 1e-9)
-    cores = max(1, int(min(cores_avail, whole_blocks)))
-    blocks_per_core = math.ceil(whole_blocks / cores)
-    share = min(1.0, blocks_per_core / blocks)
-
-    # On-chip working set per block -> spill and tile size.
-    capacity = chip.ub_size
-    io_stream = spec.output_bytes if cube else spec.input_bytes + spec.output_bytes
-    io_block = io_stream / blocks
-    inter_block = spec.intermediate_bytes / blocks
-    stream_reserve = 2 * min(io_block, capacity / 4)          # double-buffered, sub-chunkable
-    spill_block = min(inter_block, max(0.0, inter_block + stream_reserve - capacity))
-    spill = spill_block * blocks
-    # Tiles: the core's working set must be cut into at least `min_tiles` double-buffered
-    # tiles that fit on chip (vector: UB; cube: also L0A+L0B for the streamed inputs).
-    core_set = (2 * io_block + inter_block - spill_block) * blocks_per_core
-    min_tiles = max(1.0, core_set / capacity)
-    if cube:
-        l0_tile = (chip.l0_a_size + chip.l0_b_size) / 2
-        min_tiles = max(min_tiles, 2 * share * spec.input_bytes / l0_tile)
-
-    # Memory traffic (spilled intermediates are written out and read back).
-    l2_read = min(spec.l2_resident_input_bytes, spec.input_bytes, chip.l2_size)
-    hbm_read = spec.input_bytes - l2_read + spill
-    write = spec.output_bytes + spill
-
-    cost.mte2_us = share * (hbm_read / (chip.ddr_rate * freq) + l2_read / (chip.l2_read_rate * freq))
-    cost.mte3_us = share * write / (chip.ub_to_ddr_rate * freq)
-    cost.hbm_us = (hbm_read + write) / chip.hbm_bytes_per_us
-    if cube:
-        cube_dtype = work.cube_dtype or spec.compute_dtype       # int8 kernels multiply int8 whatever the mode
-        cost.cube_us = share * work.cube_macs / (chip.cube_macs_per_cycle(cube_dtype) * chip.cube_freq)
     vector_cycles = sum(count * chip.vector_cycles(cls) for cls, count in work.vector_ops.items())
-    vector_share = share / (chip.vector_per_cube_core if cube else 1.0)
-    cost.vector_us = vector_share * vector_cycles / (chip.vector_lanes(spec.compute_dtype) * chip.vec_freq)
+    lanes = chip.vector_lanes(spec.compute_dtype)
+    cube_dtype = np.dtype(work.cube_dtype) if work.cube_dtype else spec.compute_dtype   # int8 stays int8
 
-    # Double-buffered pipeline over n tiles: slowest + (others)/n + n x per-tile overhead,
-    # with the best n >= min_tiles (see COST_MODEL.md 3.5); never faster than the HBM floor.
+    if cube and work.gemms:
+        plans = [plan_gemm(chip, g, cube_dtype, spec.small_channel) for g in work.gemms]
+        cores = max(p.cores for p in plans)
+        share = 1.0 / cores
+        other_inputs = max(0.0, spec.input_bytes - sum(p.memory_bytes for p in plans))
+        core_reads = sum(p.reads for p in plans) + share * other_inputs
+        cycles = sum(p.cycles for p in plans)
+        cost.padded_macs = sum(p.padded_macs for p in plans)
+        moves = sum(p.out_elements for p in plans) if chip.cube_output_via_vector else 0.0
+        blocks = sum(p.tiles for p in plans)
+        tiles = max(1.0, blocks)
+        # The epilogue works on output fractals: their intermediates are what must fit UB.
+        fractals = (spec.output_elements or spec.output_bytes / spec.compute_dtype.itemsize) / (
+            chip.cube_m_size * chip.cube_n_size)
+        spill, _ = _spill(chip, spec, max(1.0, fractals), spec.output_bytes)
+    else:
+        # Vector kernels (and cube work without a shape): whole blocks per core, the busiest
+        # core does `share` of the kernel.
+        cores_avail = chip.ai_core_cnt if cube else chip.vector_cores
+        blocks = _blocks(chip, spec)
+        whole_blocks = math.ceil(blocks - 1e-9)
+        cores = max(1, int(min(cores_avail, whole_blocks)))
+        share = min(1.0, math.ceil(whole_blocks / cores) / blocks)
+        spill, core_set = _spill(chip, spec, blocks, spec.input_bytes + spec.output_bytes)
+        core_reads = share * spec.input_bytes
+        cycles = share * work.cube_macs / chip.cube_macs_per_cycle(cube_dtype)
+        cost.padded_macs = float(work.cube_macs)
+        moves = 0.0
+        tiles = None
+        min_tiles = max(1.0, core_set * math.ceil(whole_blocks / cores) / chip.ub_size)
+
+    # Every core read passes through L2 into the core's MTE2 queue; what misses L2 (weights,
+    # evicted activations, spills) comes from DDR, which all cores share: the MTE2 stage lasts
+    # as long as the slower of the core's L2 port and the chip's DDR (COST_MODEL.md 3.4).
+    # Writes likewise; reads and writes together also share the DDR pins (`hbm_us`).
+    ddr_read = spec.ddr_read_bytes + spill
+    ddr_write = spec.ddr_write_bytes + spill
+    core_reads += share * spill
+    cost.mte2_us = max(core_reads / (chip.l2_read_rate * freq), ddr_read / chip.ddr_bytes_per_us)
+    cost.mte3_us = max(share * (spec.output_bytes + spill) / (chip.ub_to_ddr_rate * freq),
+                       ddr_write / chip.ddr_bytes_per_us)
+    cost.hbm_us = (ddr_read + ddr_write) / chip.ddr_bytes_per_us
+    cost.cube_us = cycles / chip.cube_freq
+    vector_share = share / (chip.vector_per_cube_core if cube else 1.0)
+    cost.vector_us = (vector_share * vector_cycles + moves / (chip.vector_per_cube_core if cube else 1.0)
+                      * chip.vector_cycles_move) / (lanes * chip.vec_freq)
+
+    # Double-buffered pipeline over n tiles: slowest + (others)/n + n x per-tile overhead
+    # (see COST_MODEL.md 3.5); never faster than the DDR floor.
     stages = [cost.mte2_us, cost.cube_us, cost.vector_us, cost.mte3_us]
     slowest = max(stages)
     others = sum(stages) - slowest
     tile_us = chip.tile_overhead_cycles / freq
-    tiles = max(min_tiles, math.sqrt(others / tile_us)) if tile_us > 0 and others > 0 else min_tiles
+    if tiles is None:
+        tiles = max(min_tiles, math.sqrt(others / tile_us)) if tile_us > 0 and others > 0 else min_tiles
     pipelined = slowest + others / tiles + tiles * tile_us
     body = max(cost.hbm_us, pipelined)
-    has_memory = hbm_read + write + l2_read > 0
-    cost.fill_drain_us = body - cost.steady_us + (chip.gm_latency_us if has_memory else 0.0)
-
+    cost.fill_drain_us = body - cost.steady_us
+    cost.latency_us = chip.gm_latency_us if spec.input_bytes + spec.output_bytes + spill > 0 else 0.0
     cost.launch_us = chip.task_launch_overhead_us
     cost.scalar_us = chip.kernel_scalar_overhead_us
-    cost.total_us = cost.launch_us + cost.scalar_us + cost.steady_us + cost.fill_drain_us
+    cost.total_us = cost.overhead_us + body
     memory = max(cost.mte2_us, cost.mte3_us, cost.hbm_us)
-    cost.bound = max((("memory", memory), ("cube", cost.cube_us), ("vector", cost.vector_us)),
-                     key=lambda kv: kv[1])[0]
+    busy = (("memory", memory), ("cube", cost.cube_us), ("vector", cost.vector_us))
+    cost.bound = "launch" if cost.overhead_us >= body else max(busy, key=lambda kv: kv[1])[0]
     cost.cores_used = cores
     cost.blocks = blocks
     cost.spill_bytes = spill
     cost.tiles = tiles
     cost.launches = 1
+    cost.flops = 2.0 * work.cube_macs + sum(work.vector_ops.values())
+    cost.ddr_bytes = ddr_read + ddr_write
+    cost.l2_bytes = spec.l2_input_bytes
+    cost.memory_bytes = spec.input_bytes + spec.output_bytes + 2 * spill
     return cost
 
 

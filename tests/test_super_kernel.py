@@ -52,7 +52,7 @@ def test_super_kernel_pricing_saves_launches_by_the_documented_terms():
     dtype_of = lambda node: np.dtype(np.float16)  # noqa: E731
     plain = price_tasks(g, chip, dtype_of)
     grouped = price_tasks(g, chip, dtype_of, {f"k{i}": "sk" for i in range(6)})
-    expected = price_super_kernel(chip, graph_specs(g, dtype_of)).total_us
+    expected = price_super_kernel(chip, graph_specs(g, dtype_of, chip)).total_us
     assert plain.launches == 6 and grouped.launches == 1
     assert grouped.total_us == pytest.approx(expected)
     assert grouped.total_us < plain.total_us
@@ -117,7 +117,7 @@ def test_simulator_prices_super_kernels_and_keeps_outputs(tmp_path, capsys, monk
     sk_ms = summaries["sk"]["NPU_compute_time"]["mean"]
     loaded = load_om_graph("sk.om")
     chip = load_chip("Ascend910")
-    specs = graph_specs(loaded.graph, lambda n: loaded.compute_dtypes[n.name])
+    specs = graph_specs(loaded.graph, lambda n: loaded.compute_dtypes[n.name], chip)
     expected = price_super_kernel(chip, specs).total_us / 1e3
     assert sk_ms == pytest.approx(expected, rel=1e-6) and sk_ms < plain_ms
     outs = {name: {p.name: np.load(p) for p in (tmp_path / f"run_{name}").glob("*.npy")} for name in summaries}

@@ -34,7 +34,7 @@ import numpy as np
 
 from codegen.fused.slots import Slots
 from codegen.registry import register
-from codegen.work import Work
+from codegen.work import Gemm, Work
 from ge.errors import InvalidNode
 from ge.ops.common import approx_reciprocal, fast_impl, own_dtype_inside
 from ge.ops.registry import OpDef, OpKind, TensorType
@@ -171,8 +171,13 @@ def work(inputs, outputs, attrs):
     b, sq, skv, h, hkv, d, dv = (n[k] for k in ("batch", "sq", "skv", "heads", "kv_heads", "d", "dv"))
     q_cols, k_cols, v_cols = h * d, hkv * d, hkv * dv
     scores = b * h * sq * skv
-    result = Work(cube_macs=b * sq * n["k"]["q"] * q_cols + b * skv * (n["k"]["k"] * k_cols + n["k"]["v"] * v_cols)
-                  + scores * (d + dv))
+    projections = [Gemm(batch=1, m=rows, n=cols, k=n["k"][role], a_elements=rows * n["k"][role])
+                   for role, rows, cols in (("q", b * sq, q_cols), ("k", b * skv, k_cols), ("v", b * skv, v_cols))
+                   if n["k"][role]]
+    result = Work.of_gemms(
+        *projections,
+        Gemm(batch=b * h, m=sq, n=skv, k=d, shared_b=False, a_onchip=True, b_onchip=True),    # Q.K^T
+        Gemm(batch=b * h, m=sq, n=dv, k=skv, shared_b=False, a_onchip=True, b_onchip=True))   # P.V
     biases = sum(b * (sq if name == "b_q" else skv) * cols for name, cols in
                  (("b_q", q_cols), ("b_k", k_cols), ("b_v", v_cols)) if s[name] is not None)
     if biases:

@@ -58,6 +58,8 @@ rules reuse their kernels', so fused and unfused kernels are priced by one ruler
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from codegen.fused import epilogue
@@ -117,7 +119,10 @@ def _conv_block_work(s: dict, out: TensorType, attrs: dict) -> Work:
     work = kernel_of("Conv").work([s["x"], s["w"]], [out], attrs)
     if attrs.get("residual_conv"):
         side = kernel_of("Conv").work([s["res_x"], s["res_w"]], [out], residual_conv_attrs(attrs))
-        work.cube_macs += side.cube_macs
+        # One product over the concatenated K: [W | res_W] x [im2col(x); im2col(res_x)].
+        main, other = work.gemms[0], side.gemms[0]
+        merged = replace(main, k=main.k + other.k, k_window=1, a_elements=main.a_elements + other.a_elements)
+        work = replace(work, cube_macs=work.cube_macs + side.cube_macs, gemms=(merged,), vector_ops=dict(work.vector_ops))
     if attrs.get("input_scale"):        # each sample's weights scaled by its channel gates
         work.add_vector("alu", int(s["x"].shape[0]) * s["w"].size)
     tail = epilogue.work(out, attrs, bias=s["bias"] is not None, residual=s["residual"] is not None,
@@ -282,6 +287,7 @@ def conv_pool_fc_work(inputs, outputs, attrs):
     work = _conv_block_work(s, block, attrs)
     work.add_vector("alu", sum(p.size for p in _head_parts(s, attrs, block))).add_vector("div", pooled.size)
     fc = kernel_of("Gemm").work(_fc_inputs(s, pooled), outputs, _fc_attrs(attrs))
+    fc = replace(fc, gemms=tuple(replace(g, a_onchip=True) for g in fc.gemms))   # the pooled vector
     total = work + fc
     total.onchip_bytes = work.onchip_bytes + block.nbytes + pooled.nbytes
     return total

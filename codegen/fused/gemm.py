@@ -16,10 +16,13 @@ residual branch.  Numerics: the epilogue's float16 rule.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from codegen.fused import epilogue
 from codegen.fused.slots import Slots
+from codegen.onnx_ops.nn import matmul_gemm
 from codegen.registry import register
 from codegen.work import Work
 from ge.errors import InvalidNode
@@ -81,10 +84,12 @@ def gemm_infer(inputs, attrs):
     return [TensorType(np.dtype(x.dtype), matmul_shape(x.shape, w.shape))]
 
 
-def gemm_work(inputs, outputs, attrs: dict):
-    """Cube MACs of the product and the epilogue (the bias is its own stage: MatMul + Add)."""
+def gemm_work(inputs, outputs, attrs: dict, a_onchip: bool = False):
+    """Cube MACs of the product (x's leading axes are rows of one GEMM with the 2-D weight)
+    and the epilogue (the bias is its own stage: MatMul + Add).  `a_onchip`: x is produced
+    inside the kernel (LayerNormMatMul's prologue), not read from memory."""
     s, out = SLOTS.read(inputs), outputs[0]
-    cube = Work(cube_macs=out.size * int(s["x"].shape[-1]))
+    cube = Work.of_gemms(replace(matmul_gemm(s["x"].shape, s["w"].shape, out.shape), a_onchip=a_onchip))
     return cube + epilogue.work(out, attrs, bias=s["bias"] is not None, residual=s["residual"] is not None,
                                 bias_is_a_stage=True)
 

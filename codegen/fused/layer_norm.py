@@ -61,7 +61,7 @@ def _work(inputs, outputs, attrs):
     normalized = TensorType(np.dtype(x.dtype), tuple(x.shape))
     ln_inputs = [x] + list(inputs[1:3])
     ln = kernel_of("LayerNormalization").work(ln_inputs, [normalized], _ln_attrs(attrs))
-    gemm = gemm_work(_gemm_inputs(normalized, inputs), outputs[:1], _gemm_attrs(attrs))
+    gemm = gemm_work(_gemm_inputs(normalized, inputs), outputs[:1], _gemm_attrs(attrs), a_onchip=True)
     work = ln + gemm
     work.onchip_bytes = normalized.nbytes + gemm.onchip_bytes
     return work

@@ -110,7 +110,7 @@ def _work(conv: bool):
         unit; on chip: the float32 accumulator tile and the epilogue's intermediates."""
         acc = cube_type(inputs, attrs, conv)
         base = kernel_of("Conv" if conv else "MatMul").work(list(inputs[:2]), [acc], attrs if conv else {})
-        total = Work(cube_macs=base.cube_macs, cube_dtype="int8")
+        total = Work(cube_macs=base.cube_macs, cube_dtype="int8", gemms=base.gemms)
         total.add_vector("alu", acc.size * (2 if _slot(inputs, 2) is not None else 1))
         epilogue = autofused.work(_epilogue_args(inputs, TensorType(F32, acc.shape)), outputs,
                                   {"subgraph": attrs["epilogue"]})

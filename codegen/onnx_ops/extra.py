@@ -4,8 +4,8 @@ data movement, conversion and the rotation on the vector unit, priced per output
 from __future__ import annotations
 
 from codegen.registry import register
-from codegen.work import per_element
+from codegen.work import per_element, reads_sparsely
 
-register("GatherND", per_element(move=1), "GatherNd")
+register("GatherND", reads_sparsely(per_element(move=1), 0), "GatherNd")
 register("CastLike", per_element(alu=1))
 register("RotaryEmbedding", per_element(alu=3))

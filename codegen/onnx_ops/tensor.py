@@ -1,14 +1,15 @@
 """Kernels of the shape and data-movement ops (ge/ops/tensor.py): .om type and work rule.
 
-Data movement is priced as one `move` per output element; views (Reshape, Flatten, Squeeze,
-Unsqueeze) launch no kernel and cost nothing.
+Data movement is priced as one `move` per output element; Gather and Slice read only the
+part of their source they copy; views (Reshape, Flatten, Squeeze, Unsqueeze) launch no
+kernel and cost nothing.
 """
 from __future__ import annotations
 
 import math
 
 from codegen.registry import register
-from codegen.work import Work, no_work, per_element
+from codegen.work import Work, no_work, per_element, reads_sparsely
 from ge.ops.tensor import attr_str, einsum_parse, normalize_axis, resize_plan
 
 
@@ -44,9 +45,9 @@ KERNELS = {
     "Transpose":       (per_element(move=1), "Transpose"),
     "Concat":          (per_element(move=1), "ConcatD"),
     "Split":           (per_element(move=1), "SplitD"),
-    "Slice":           (per_element(move=1), "StridedSliceD"),
-    "Gather":          (per_element(move=1), "GatherV2D"),
-    "GatherElements":  (per_element(move=1), ""),
+    "Slice":           (reads_sparsely(per_element(move=1), 0), "StridedSliceD"),
+    "Gather":          (reads_sparsely(per_element(move=1), 0), "GatherV2D"),
+    "GatherElements":  (reads_sparsely(per_element(move=1), 0), ""),
     "Expand":          (per_element(move=1), "BroadcastTo"),
     "Tile":            (per_element(move=1), "Tile"),
     "Pad":             (per_element(move=1), "Pad"),
