@@ -3,7 +3,8 @@
 Why: users read NPU profiles in msprof's op_summary CSV and in Perfetto; giving them the
 same shapes lets them see which kernels dominate and what fusion made, with the tools
 they know.  Every number is the cost model's (simulator/COST_MODEL.md); what we do not
-model is "N/A".  A row / slice is a task of the .om (views without a task are not
+model is "N/A".  Each kernel also carries its roofline (arithmetic intensity, achieved vs peak
+FLOP/s and DDR bandwidth, and the bound it hit), so a user sees why a model is slow.  A row / slice is a task of the .om (views without a task are not
 kernels).  Task Duration includes the task's launch cost, so durations tile the stream
 exactly (Task Wait Time 0) and add up to the simulated NPU_compute_time.
 """
@@ -29,6 +30,9 @@ OP_SUMMARY_COLUMNS = [
     "aic_mte2_ratio", "aiv_time(us)", "aiv_vec_ratio", "aiv_mte2_time(us)", "aiv_mte3_time(us)",
     # atc_py extras: what made the kernel and which ONNX nodes it covers
     "Fusion Pass", "Origin Ops",
+    # ... and its roofline: why it takes the time it takes (COST_MODEL.md section 6)
+    "Bound", "FLOPs", "Arithmetic Intensity(FLOP/B)", "Achieved GFLOPS", "Peak GFLOPS", "FLOPS Utilization",
+    "GM Bytes", "DDR Bytes", "L2 Hit Bytes", "Achieved DDR GB/s", "Peak DDR GB/s", "DDR Utilization",
 ]
 MODEL_ID = 1            # ais_bench / acl number the first loaded model 1
 PIPE_THREADS = (("cube", "cube_us"), ("vector", "vector_us"), ("MTE2", "mte2_us"), ("MTE3", "mte3_us"))
@@ -57,6 +61,37 @@ def _tensor_cols(values, dtype) -> tuple:
     return ";".join(shapes), ";".join(dtypes), ";".join(formats)
 
 
+def roofline(chip, cost, dtype) -> dict:
+    """A kernel's place on the roofline: useful FLOPs (2 x cube MACs + vector element ops)
+    over the bytes it moves in global memory, what it achieved against the peak of the unit
+    it ran on (cube or vector) and against sustained DDR, and the bound the cost model found
+    (cube, vector, memory, or launch when fixed overheads exceed the pipelined body)."""
+    seconds = cost.total_us * 1e-6
+    peak = chip.cube_peak_flops(dtype) if cost.cube_us > 0 else chip.vector_peak_ops(dtype)
+    achieved = cost.flops / seconds if seconds > 0 else 0.0
+    ddr = cost.ddr_bytes / seconds if seconds > 0 else 0.0
+    ddr_peak = chip.ddr_bytes_per_us * 1e6
+    return {
+        "bound": cost.bound, "flops": cost.flops,
+        "arithmetic_intensity": cost.flops / cost.memory_bytes if cost.memory_bytes > 0 else 0.0,
+        "achieved_gflops": achieved / 1e9, "peak_gflops": peak / 1e9,
+        "flops_utilization": achieved / peak if peak > 0 else 0.0,
+        "gm_bytes": cost.memory_bytes, "ddr_bytes": cost.ddr_bytes, "l2_hit_bytes": cost.l2_bytes,
+        "achieved_ddr_gbps": ddr / 1e9, "peak_ddr_gbps": ddr_peak / 1e9,
+        "ddr_utilization": ddr / ddr_peak if ddr_peak > 0 else 0.0,
+    }
+
+
+def _roofline_cols(r: dict) -> dict:
+    return {"Bound": r["bound"], "FLOPs": f"{r['flops']:.0f}",
+            "Arithmetic Intensity(FLOP/B)": _num(r["arithmetic_intensity"]),
+            "Achieved GFLOPS": _num(r["achieved_gflops"]), "Peak GFLOPS": _num(r["peak_gflops"]),
+            "FLOPS Utilization": _num(r["flops_utilization"]), "GM Bytes": f"{r['gm_bytes']:.0f}",
+            "DDR Bytes": f"{r['ddr_bytes']:.0f}", "L2 Hit Bytes": f"{r['l2_hit_bytes']:.0f}",
+            "Achieved DDR GB/s": _num(r["achieved_ddr_gbps"]), "Peak DDR GB/s": _num(r["peak_ddr_gbps"]),
+            "DDR Utilization": _num(r["ddr_utilization"])}
+
+
 def op_summary_rows(model: Model, timings: list, graph=None) -> list:
     """One dict per task, keys = OP_SUMMARY_COLUMNS.  `graph`: a dynamic-shape model
     specialized to the run's sizes (what the timings priced), so shapes are the run's."""
@@ -81,6 +116,7 @@ def op_summary_rows(model: Model, timings: list, graph=None) -> list:
             "Output Shapes": out_s, "Output Data Types": out_d, "Output Formats": out_f,
             "Fusion Pass": node.provenance.get("pass", "") or NA, "Origin Ops": ";".join(node.origin),
         })
+        row.update(_roofline_cols(roofline(model.chip, cost, dtype)))
         if core:
             row.update({"aicore_time(us)": _num(cost.total_us), "aic_mac_ratio": _ratio(cost.cube_us, cost.total_us),
                         "aic_mte2_ratio": _ratio(cost.mte2_us, cost.total_us)})
@@ -129,12 +165,12 @@ def trace_events(model: Model, timings: list) -> list:
         args = {"kernel": t.name, "op_type": _om_type(node), "task_type": t.kernel_type, "task_id": t.task_id,
                 "fusion_pass": node.provenance.get("pass", ""), "origin_ops": node.origin,
                 "compute_dtype": str(model.dtype_of(node)), "bound": cost.bound, "block_dim": cost.cores_used,
-                "super_kernel": t.super_kernel}
+                "super_kernel": t.super_kernel, "roofline": roofline(model.chip, cost, model.dtype_of(node))}
         events.append({"ph": "X", "name": t.name, "cat": t.kernel_type, "pid": pid, "tid": t.stream_id,
                        "ts": t.start_us, "dur": t.duration_us, "args": args})
-        # The pipes run at the end of the task's time: after its launch and scalar prologue, or,
-        # inside a super kernel, after the sync that replaces the launch.
-        body = t.start_us + max(0.0, t.duration_us - (cost.total_us - cost.launch_us - cost.scalar_us))
+        # The pipes run at the end of the task's time: after its launch, scalar prologue and
+        # first memory access, or, inside a super kernel, after the sync that replaces the launch.
+        body = t.start_us + max(0.0, t.duration_us - cost.body_us)
         for pipe, attr in PIPE_THREADS:
             busy = getattr(cost, attr)
             if busy > 0:
