@@ -23,6 +23,10 @@ class AtcError(Exception):
         self.message = message
         self.solution = solution
 
+    def __reduce__(self):
+        """Pickle by its three fields (errors cross process boundaries in runner.run_many)."""
+        return (type(self), (self.code, self.message, self.solution))
+
     def render(self) -> str:
         text = f"{self.code}: {self.message}"
         if self.solution:

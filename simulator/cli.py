@@ -388,7 +388,7 @@ def _run_into(args, warnings: list, out: Outputs) -> int:
 def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tuple:
     """One model (or one gear of it): every inference, the compare, the profile and the
     performance summary; returns (summary dict, exit code)."""
-    from simulator import runner
+    from simulator import blas, runner
 
     model = session.model
     loaded = model.loaded
@@ -398,18 +398,34 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
     progress = _Progress(len(data.feeds))
     results, written = [], []
     session.reset_summary()
+    # Dataset mode: after the first inference (warm-up and timings), the rest spread over
+    # one process per free core (runner.run_many); one loop each, as ais_bench runs a dataset.
+    workers = blas.free_cores() if len(data.feeds) > 2 and args.loop == 1 else 1
+    names = session.get_output_names()
+
+    def keep(k, outputs):
+        _check_output_sizes(args.output_sizes, dict(zip(names, outputs)))
+        if out_dir:
+            written.append(runner.write_outputs(dict(zip(names, outputs)), out_dir, args.outfmt, out,
+                                                prefix=data.names[k] if ais_names else None))
+        progress.step()
+
     for k, feeds in enumerate(data.feeds):
+        if k == 1 and workers > 1:
+            rest = session.infer_many(data.feeds[1:], workers)
+            for j, outputs in enumerate(rest, start=1):
+                keep(j, outputs)
+            last_outputs = dict(zip(names, rest[-1]))
+            print(f"[INFO] {len(rest)} inferences spread over {session.last_many.workers} processes "
+                  f"({session.last_many.wall_s:.2f} s)")
+            break
         outputs = session.infer(feeds, loop=args.loop, warmup_count=args.warmup_count if k == 0 else 0)
         result = session.last_result
         results.append(result)
-        _check_output_sizes(args.output_sizes, result.outputs)
         if args.debug:
             print(f"[DEBUG] model aclExec cost : {result.npu_time_ms['mean']:.6f} (simulated ms)")
-        if out_dir:
-            named = dict(zip(session.get_output_names(), outputs))
-            written.append(runner.write_outputs(named, out_dir, args.outfmt, out,
-                                                prefix=data.names[k] if ais_names else None))
-        progress.step()
+        keep(k, outputs)
+        last_outputs = result.outputs
     if args.warmup_count:
         print(f"[INFO] warm up {args.warmup_count} done")
     last = results[-1]
@@ -417,7 +433,7 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
     compares = []
     if args.compare:
         from simulator.compare import compare_with_onnx
-        compares = compare_with_onnx(args.compare, model.graph, data.feeds[-1], last.outputs, loaded.compute_dtypes)
+        compares = compare_with_onnx(args.compare, model.graph, data.feeds[-1], last_outputs, loaded.compute_dtypes)
 
     totals = session.summary()
     npu = totals["NPU_compute_time"]
@@ -428,11 +444,12 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
         "simulated": True, "tasks": len(last.timings), "loop": args.loop, "warmup_count": args.warmup_count,
         "inferences": len(data.feeds), "batchsize": batch, "NPU_compute_time": npu, "throughput": throughput,
         "H2D_latency": totals["H2D_latency"], "D2H_latency": totals["D2H_latency"],
-        "host_wall_time": totals["host_wall_time"],
+        "host_wall_time": totals["host_wall_time"], "host_first_forward_ms": results[0].first_forward_ms,
+        "host_blas": blas.describe(),
         "inputs": [{"name": v.name, "shape": [d if isinstance(d, int) else str(d) for d in v.desc.shape],
                     "dtype": str(np.dtype(v.desc.dtype))} for v in model.graph.inputs],
         "input_source": data.source,
-        "outputs": [{"name": n, "shape": list(a.shape), "dtype": str(a.dtype)} for n, a in last.outputs.items()],
+        "outputs": [{"name": n, "shape": list(a.shape), "dtype": str(a.dtype)} for n, a in last_outputs.items()],
         "warnings": [w.render() for w in warnings + session.warnings],
     }
     if model.gear is not None:
@@ -469,7 +486,11 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
         print(f"[INFO] D2H_latency (ms): {_fmt_stats(totals['D2H_latency'])}")
     print(f"[INFO] throughput 1000*batchsize.mean({batch})/NPU_compute_time.mean({npu['mean']}): {throughput}")
     print("[INFO] ------------------------------------------------------")
-    print(f"[INFO] host wall time of the numpy run (ms): {_fmt_stats(totals['host_wall_time'])}")
+    host = totals["host_wall_time"]
+    print(f"[INFO] host wall time of the numpy run (ms), {host['count']} timed forward(s): min = {host['min']:.3f}, "
+          f"median = {host['median']:.3f}, max = {host['max']:.3f}, mean = {host['mean']:.3f}; first forward "
+          f"{results[0].first_forward_ms:.3f} ms{' (a warm-up, not in the stats)' if args.warmup_count else ''}")
+    print(f"[INFO] {blas.describe()}")
 
     if not compares:
         return summary, EXIT_OK

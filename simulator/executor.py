@@ -2,10 +2,13 @@
 
 Each kernel sees its float inputs in the dtype it computes in (the .om records it per op)
 and its outputs are stored in that dtype too, so an fp16 graph really passes fp16 tensors
-between kernels; graph outputs are returned in the dtype the model declares.
+between kernels; graph outputs are returned in the dtype the model declares.  `prepare`
+does once what does not depend on the inputs (kernel lookup, constants in their kernel's
+dtype, when each value dies), so repeated forwards pay only for the arithmetic.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -110,39 +113,90 @@ def live_bytes(graph: Graph) -> tuple:
     return peak, largest
 
 
-def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.dtype]] = None,
-              on_kernel: Optional[Callable[[Node], None]] = None, run: Optional[DynamicRun] = None) -> dict:
-    """Execute every node in order; returns {graph output name: array}.  A dynamic-shape
+@dataclass
+class Step:
+    """One kernel of a prepared graph: its op and compute dtype, each argument either a
+    constant already converted to that dtype or the id of a value computed earlier, which of
+    its outputs a later kernel (or the caller) reads, and the values no later kernel reads
+    (freed once it has run)."""
+
+    node: Node
+    op: object
+    args: list                  # (True, array) for constants, (False, value id) otherwise, None for absent
+    dtype: Optional[np.dtype]
+    kept: list = field(default_factory=list)     # per output: is it read later?
+    frees: list = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    graph: Graph
+    steps: list
+    outputs: list               # (name, const array or None, value id, declared dtype)
+
+
+def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None) -> Plan:
+    """Everything about a forward that does not depend on the inputs, done once: each kernel
+    looked up, each constant converted to its kernel's compute dtype, which outputs are read,
+    the point where each value can be freed."""
+    last_use: dict = {}
+    for index, node in enumerate(graph.nodes):
+        for v in node.inputs:
+            if v is not None and not v.is_const:
+                last_use[id(v)] = index
+    keep = {id(v) for v in graph.outputs}
+    steps = []
+    converted: dict = {}
+    for index, node in enumerate(graph.nodes):
+        dtype = dtype_of(node) if dtype_of else None
+        args = []
+        for v in node.inputs:
+            if v is None:
+                args.append(None)
+            elif v.is_const:
+                key = (id(v), dtype)
+                if key not in converted:
+                    converted[key] = _to(v.const, dtype) if dtype is not None else v.const
+                args.append((True, converted[key]))
+            else:
+                args.append((False, id(v)))
+        kept = [id(o) in last_use or id(o) in keep for o in node.outputs]   # an unread output is dropped
+        frees = sorted({id(v) for v in node.inputs if v is not None and not v.is_const
+                        and last_use[id(v)] == index and id(v) not in keep})
+        steps.append(Step(node, kernel_of(node.op_type).op, args, dtype, kept, frees))
+    outputs = [(v.name, v.const if v.is_const else None, id(v), np.dtype(v.desc.dtype)) for v in graph.outputs]
+    return Plan(graph, steps, outputs)
+
+
+def execute(plan: Plan, feeds: dict, on_kernel: Optional[Callable[[Node], None]] = None,
+            run: Optional[DynamicRun] = None) -> dict:
+    """One forward of a prepared graph; returns {graph output name: array}.  A dynamic-shape
     graph binds its symbols from the inputs and from each kernel's outputs (into `run`),
     instantiates symbolic attributes and checks every output against its symbolic shape."""
+    graph = plan.graph
     check_feeds(graph, feeds)
     dynamic = graph.is_dynamic
     run = run if run is not None else DynamicRun()
     if dynamic:
         run.values.update(bind_inputs(graph, {v.name: np.shape(feeds[v.name]) for v in graph.inputs}))
     env: dict = {id(v): np.asarray(feeds[v.name]) for v in graph.inputs}
-    remaining_uses: dict = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            if v is not None:
-                remaining_uses[id(v)] = remaining_uses.get(id(v), 0) + 1
-    keep = {id(v) for v in graph.outputs}
-    for node in graph.nodes:
-        op = kernel_of(node.op_type).op
-        dtype = dtype_of(node) if dtype_of else None
+    for step in plan.steps:
+        node = step.node
         args = []
-        for v in node.inputs:
-            if v is None:
+        for arg in step.args:
+            if arg is None:
                 args.append(None)
-                continue
-            array = v.const if v.is_const else env[id(v)]
-            args.append(_to(array, dtype) if dtype is not None else array)
+            elif arg[0]:
+                args.append(arg[1])
+            else:
+                array = env[arg[1]]
+                args.append(_to(array, step.dtype) if step.dtype is not None else array)
         attrs = node.attrs
         if dynamic:
             attrs = instantiate_attrs(attrs, run.values)
-        attrs = _runtime_config(node, op, args, attrs, run)     # static shapes may have them too (Clip's min)
+        attrs = _runtime_config(node, step.op, args, attrs, run)     # static shapes may have them too (Clip's min)
         try:
-            results = op.compute(args, attrs)
+            results = step.op.compute(args, attrs)
         except AtcError as err:
             raise at_node(err, node.name, node.op_type) from err
         except Exception as exc:   # a kernel says InvalidNode for the model's mistakes: this is ours
@@ -150,7 +204,7 @@ def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.
                                 node.name) from exc
         if on_kernel is not None:
             on_kernel(node)
-        for value, result in zip(node.outputs, results):
+        for value, result, kept in zip(node.outputs, results, step.kept):
             result = np.asarray(result)
             if dynamic:
                 why = bind(tuple(value.desc.shape), tuple(result.shape), run.values, graph)
@@ -160,15 +214,19 @@ def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.
             elif tuple(result.shape) != tuple(value.desc.shape):
                 raise InternalError(f"Kernel [{node.name}] ({node.op_type}) produced shape {list(result.shape)} "
                                     f"for [{value.name}], expected {list(value.desc.shape)}.", node.name)
-            if remaining_uses.get(id(value), 0) or id(value) in keep:   # an unread output is dropped
+            if kept:
                 env[id(value)] = result
-        for v in node.inputs:   # free what no later kernel reads
-            if v is not None and not v.is_const:
-                remaining_uses[id(v)] -= 1
-                if remaining_uses[id(v)] == 0 and id(v) not in keep:
-                    env.pop(id(v), None)
+        for key in step.frees:          # free what no later kernel reads
+            env.pop(key, None)
     out = {}
-    for value in graph.outputs:
-        array = value.const if value.is_const else env[id(value)]
-        out[value.name] = array.astype(value.desc.dtype) if array.dtype != np.dtype(value.desc.dtype) else array
+    for name, const, key, dtype in plan.outputs:
+        array = const if const is not None else env[key]
+        out[name] = array.astype(dtype) if array.dtype != dtype else array
     return out
+
+
+def run_graph(graph: Graph, feeds: dict, dtype_of: Optional[Callable[[Node], np.dtype]] = None,
+              on_kernel: Optional[Callable[[Node], None]] = None, run: Optional[DynamicRun] = None) -> dict:
+    """Execute every node in order; returns {graph output name: array}.  (Prepare once with
+    `prepare` and call `execute` to run a graph many times.)"""
+    return execute(prepare(graph, dtype_of), feeds, on_kernel, run)

@@ -9,7 +9,6 @@ never unpickled.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -28,7 +27,8 @@ from ge.limits import KERNEL_TEMPORARIES, Budget, current_budget, max_tensor_byt
 from ge.files import Outputs, open_input
 from ge.symbolic import Dim
 from simulator.cost_model import Chip, KernelCost, load_chip, super_kernel_durations
-from simulator.executor import DynamicRun, live_bytes, run_graph
+from simulator import blas
+from simulator.executor import DynamicRun, Plan, execute, live_bytes, prepare, run_graph
 from simulator.pricing import node_costs
 
 OUTFMTS = ("NPY", "BIN", "TXT")
@@ -54,13 +54,21 @@ class Model:
     gear (codegen.gear_import.Gears) and `gear` the one this view runs (`for_gear`): its
     graph is that gear's subgraph, run after the root graph's MapIndex picked it.  A
     dynamic-shape model keeps the task timings of every set of sizes it ran at
-    (`timings_by_shape`)."""
+    (`timings_by_shape`).  `plan` is the graph prepared for the numeric executor, built once
+    (at load, or on first use)."""
 
     path: str
     loaded: LoadedOm
     chip: Chip
     gear: Optional[int] = None
     timings_by_shape: dict = field(default_factory=dict)
+    _plan: Optional[Plan] = field(default=None, repr=False)
+
+    @property
+    def plan(self) -> Plan:
+        if self._plan is None:
+            self._plan = prepare(self.graph, self.dtype_of)
+        return self._plan
 
     @property
     def graph(self) -> Graph:
@@ -86,13 +94,16 @@ class Model:
         """The view of gear `index`: its subgraph, dtypes and tasks (the gears stay reachable)."""
         branch = self.gears.branches[index].loaded
         view = LoadedOm(branch.om, branch.graph, branch.compute_dtypes, branch.tasks, branch.task_def,
-                        branch.soc_version, branch.precision_mode, self.gears)
+                        branch.soc_version, branch.precision_mode, self.gears, self.loaded.enable_small_channel)
         return Model(self.path, view, self.chip, index)
 
 
-def load_model(path: str, soc_version: str = "") -> Model:
+
+def load_model(path: str, soc_version: str = "", prepare_kernels: bool = True) -> Model:
     """Load the .om (E10003 if damaged) and the chip data: `soc_version` overrides the one
-    recorded in the .om.  A gear model comes back as the view of its first gear."""
+    recorded in the .om.  A gear model comes back as the view of its first gear.
+    `prepare_kernels` readies the numeric executor now (constants in their kernels' dtypes),
+    so the first forward costs what the others do; pricing-only callers skip it."""
     loaded = load_om_model(path)
     soc = soc_version or loaded.soc_version
     if not soc:
@@ -103,6 +114,8 @@ def load_model(path: str, soc_version: str = "") -> Model:
         check_budget(model, current_budget())
     for index in range(len(model.gears.branches) if model.gears is not None else 0):
         check_budget(model.for_gear(index), current_budget())
+    if prepare_kernels:
+        _as_recorded(model, lambda: model.plan)
     return model
 
 
@@ -469,12 +482,14 @@ class TaskTiming:
     super_kernel: str = ""
 
 
-def simulate_tasks(model: Model, graph: Optional[Graph] = None) -> list:
+def simulate_tasks(model: Model, graph: Optional[Graph] = None, chip: Optional[Chip] = None) -> list:
     """Price every task of the .om in task order; each starts when the previous ends.  Tasks
     the .om groups into a super kernel share its price (see cost_model.super_kernel_durations).
-    `graph`: a dynamic model specialized to one run's sizes (ge.dynamic.specialize)."""
+    `graph`: a dynamic model specialized to one run's sizes (ge.dynamic.specialize); `chip`
+    prices on other parameters than the model's (the calibration fit does)."""
     graph = graph if graph is not None else model.graph
-    costs = node_costs(graph, model.chip, model.dtype_of)
+    chip = chip or model.chip
+    costs = node_costs(graph, chip, model.dtype_of, model.loaded.enable_small_channel)
     task_def = model.loaded.task_def
     defs = {t.op_name: t for t in task_def.task} if task_def is not None else {}
     nodes = {n.name: n for n in graph.nodes}
@@ -482,7 +497,7 @@ def simulate_tasks(model: Model, graph: Optional[Graph] = None) -> list:
     durations = {name: costs[name].total_us for name in model.loaded.tasks}
     for group in sorted(set(group_of.values()) - {""}):
         members = [name for name in model.loaded.tasks if group_of[name] == group]
-        shares = super_kernel_durations(model.chip, [costs[name] for name in members])
+        shares = super_kernel_durations(chip, [costs[name] for name in members])
         durations.update(zip(members, shares))
     clock, timings = 0.0, []
     if model.gears is not None:        # the root graph's MapIndex picks the gear first
@@ -514,7 +529,7 @@ def stats_ms(samples: list) -> dict:
 class RunResult:
     outputs: dict                      # output name -> array (last loop)
     npu_time_ms: dict                  # stats of the simulated time, one sample per loop
-    host_time_ms: dict                 # stats of the numpy wall time, one sample per loop
+    host_time_ms: dict                 # stats of the numpy wall time, one sample per timed loop
     throughput: float                  # 1000 * batchsize / mean simulated ms
     batchsize: int
     timings: list = field(default_factory=list)
@@ -522,6 +537,7 @@ class RunResult:
     dims: dict = field(default_factory=dict)      # a dynamic model's symbols in this run: name -> size
     input_shapes: dict = field(default_factory=dict)
     priced: Optional[Graph] = None                # a dynamic model specialized to this run's sizes
+    first_forward_ms: float = 0.0      # the first forward of this run (a warm-up, or the first timed loop)
 
 
 def default_batchsize(graph: Graph, feeds: Optional[dict] = None) -> int:
@@ -565,14 +581,17 @@ def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
     dynamic = model.graph.is_dynamic
     if dynamic:
         _check_run_budget(model, feeds)
+    first = None
     for _ in range(warmup_count):
-        _as_recorded(model, run_graph, model.graph, feeds, model.dtype_of)
+        t0 = time.perf_counter()
+        forward(model, feeds)
+        first = first if first is not None else (time.perf_counter() - t0) * 1e3
     host, outputs = [], {}
     seen = DynamicRun()
     for _ in range(loop):
         t0 = time.perf_counter()
         seen = DynamicRun()
-        outputs = _as_recorded(model, run_graph, model.graph, feeds, model.dtype_of, None, seen)
+        outputs = forward(model, feeds, seen)
         host.append((time.perf_counter() - t0) * 1e3)
     priced = None
     if dynamic:        # priced at this run's sizes: the graph specialized to them, once per set of sizes
@@ -588,7 +607,8 @@ def run(model: Model, feeds: dict, loop: int = 1, warmup_count: int = 1,
     npu = {**stats_ms([npu_ms]), "count": loop}   # the same simulated time in every loop
     throughput = 1000.0 * bs / npu["mean"] if npu["mean"] > 0 else 0.0
     return RunResult(outputs, npu, stats_ms(host), throughput, bs, timings, host, dict(seen.values),
-                     {name: tuple(np.shape(a)) for name, a in feeds.items()}, priced)
+                     {name: tuple(np.shape(a)) for name, a in feeds.items()}, priced,
+                     first_forward_ms=first if first is not None else host[0])
 
 
 def _check_run_budget(model: Model, feeds: dict) -> None:
@@ -601,6 +621,70 @@ def _check_run_budget(model: Model, feeds: dict) -> None:
             largest = max_tensor_bytes(substitute_shape(value.desc.shape, values), value.desc.dtype)
             if largest is not None:
                 budget.check_tensor(largest, f"Tensor [{value.name}] of kernel [{node.name}] at these input sizes")
+
+
+def forward(model: Model, feeds: dict, run: Optional[DynamicRun] = None) -> dict:
+    """One numeric forward with one BLAS thread per core that is ours and free right now
+    (simulator/blas.py: oversubscribed BLAS threads are what collapses a busy machine);
+    `run` collects what a dynamic-shape model's run saw."""
+    blas.fit_to_free_cores()
+    return _as_recorded(model, execute, model.plan, feeds, None, run)
+
+
+# --------------------------------------------------------------------------- many inputs
+
+_WORKER: dict = {}
+
+
+def _worker_init(path: str, soc_version: str, gear: Optional[int]) -> None:
+    blas.set_threads(1)                 # the parallelism is the processes
+    model = load_model(path, soc_version, prepare_kernels=gear is None)
+    _WORKER["model"] = model.for_gear(gear) if gear is not None else model
+
+
+def _worker_forward(feeds: dict) -> tuple:
+    model = _WORKER["model"]
+    t0 = time.perf_counter()
+    outputs = _as_recorded(model, execute, model.plan, feeds)
+    return outputs, (time.perf_counter() - t0) * 1e3
+
+
+@dataclass
+class ManyResult:
+    outputs: list                      # one {output name: array} per input set, in order
+    host_time_ms: dict                 # stats of the per-inference numpy time
+    host_samples_ms: list              # the per-inference numpy times, in input order
+    wall_s: float                      # the whole run, start-up of the workers included
+    workers: int
+
+
+def run_many(path: str, input_sets: list, workers: int = 0, soc_version: str = "",
+             gear: Optional[int] = None) -> ManyResult:
+    """Run the .om at `path` (its gear `gear`, for a gear model) once per input set (a list
+    of {input name: array}), spread over `workers` processes (default: the free cores), each
+    with its own copy of the model and one BLAS thread, so N cores give close to N times the
+    inferences per second of one.  Outputs come back in input order.  atc-sim's dataset mode
+    (`--input` folders, one file per inference) runs on this.  With one worker, or one input
+    set, everything runs in this process."""
+    t0 = time.perf_counter()
+    workers = max(1, min(workers or blas.free_cores(), len(input_sets)))
+    if workers == 1:
+        model = load_model(path, soc_version, prepare_kernels=gear is None)
+        model = model.for_gear(gear) if gear is not None else model
+        outputs, times = [], []
+        for feeds in input_sets:
+            t1 = time.perf_counter()
+            outputs.append(forward(model, feeds))
+            times.append((time.perf_counter() - t1) * 1e3)
+        return ManyResult(outputs, stats_ms(times) if times else {}, times, time.perf_counter() - t0, 1)
+    import multiprocessing
+
+    # spawn, not fork: a forked child inherits a BLAS thread pool whose threads it does not have
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(workers, initializer=_worker_init, initargs=(path, soc_version, gear)) as pool:
+        results = pool.map(_worker_forward, input_sets, chunksize=max(1, len(input_sets) // (4 * workers)))
+    times = [r[1] for r in results]
+    return ManyResult([r[0] for r in results], stats_ms(times), times, time.perf_counter() - t0, workers)
 
 
 # --------------------------------------------------------------------------- outputs

@@ -208,6 +208,9 @@ OP_SUMMARY_HEAD = [
     "HF32 Eligible", "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes",
     "Output Data Types", "Output Formats", "Context ID", "aicore_time(us)", "aic_mac_ratio",
     "aic_mte2_ratio", "aiv_time(us)", "aiv_vec_ratio", "aiv_mte2_time(us)", "aiv_mte3_time(us)"]
+ROOFLINE_COLUMNS = [
+    "Bound", "FLOPs", "Arithmetic Intensity(FLOP/B)", "Achieved GFLOPS", "Peak GFLOPS", "FLOPS Utilization",
+    "GM Bytes", "DDR Bytes", "L2 Hit Bytes", "Achieved DDR GB/s", "Peak DDR GB/s", "DDR Utilization"]
 
 
 @pytest.mark.parametrize("name", ["bert_base", "resnet50"])
@@ -223,7 +226,7 @@ def test_profile_matches_task_list(built, capsys, tmp_path, name):
         reader = csv.DictReader(f)
         header = reader.fieldnames
         rows = list(reader)
-    assert header == OP_SUMMARY_HEAD + ["Fusion Pass", "Origin Ops"]
+    assert header == OP_SUMMARY_HEAD + ["Fusion Pass", "Origin Ops"] + ROOFLINE_COLUMNS
     assert [r["Op Name"] for r in rows] == loaded.tasks
     clock = 0.0
     for row in rows:
@@ -237,6 +240,14 @@ def test_profile_matches_task_list(built, capsys, tmp_path, name):
         assert row[timed] == row["Task Duration(us)"]
         assert int(row["Block Dim"]) >= 1
         assert row["Input Data Types"].split(";")[0].startswith("DT_")
+        # Roofline: the bound is one the cost model names; intensity is FLOPs per GM byte;
+        # nothing beats its peak.
+        assert row["Bound"] in ("cube", "vector", "memory", "launch")
+        flops, gm = float(row["FLOPs"]), float(row["GM Bytes"])
+        assert float(row["Arithmetic Intensity(FLOP/B)"]) == pytest.approx(flops / gm, rel=1e-3, abs=1e-3)
+        assert float(row["Achieved GFLOPS"]) <= float(row["Peak GFLOPS"]) * (1 + 1e-6)
+        assert float(row["Achieved DDR GB/s"]) <= float(row["Peak DDR GB/s"]) * (1 + 1e-3)
+        assert float(row["DDR Bytes"]) <= gm + 1
     assert clock / 1e3 == pytest.approx(summary["NPU_compute_time"]["mean"], rel=1e-3)
     if name == "bert_base":
         assert any(r["Fusion Pass"] != "N/A" and ";" in r["Origin Ops"] for r in rows)
@@ -248,6 +259,13 @@ def test_profile_matches_task_list(built, capsys, tmp_path, name):
     kernels = [e for e in events if e["ph"] == "X" and e["tid"] in stream_tids]
     assert [e["name"] for e in kernels] == loaded.tasks
     assert all(e["dur"] > 0 and "fusion_pass" in e["args"] and e["args"]["origin_ops"] for e in kernels)
+    assert all(e["args"]["roofline"]["bound"] == e["args"]["bound"] for e in kernels)
+    if name == "resnet50":   # a conv does more arithmetic per byte than a pooling does
+        intensity = {}
+        for e in kernels:
+            op = e["args"]["op_type"]
+            intensity[op] = max(intensity.get(op, 0.0), e["args"]["roofline"]["arithmetic_intensity"])
+        assert intensity["ConvBNReluFusionOp"] > 4 * intensity["MaxPoolV3"]
     pipe_slices = [e for e in events if e["ph"] == "X" and e["tid"] not in stream_tids]
     assert pipe_slices and {e["args"]["kernel"] for e in pipe_slices} <= set(loaded.tasks)
     by_name = {e["name"]: e for e in kernels}

@@ -1,0 +1,124 @@
+"""How many BLAS threads the numeric executor uses: the cores this process may use that no
+other process is busy on, re-read before every forward.
+
+Why: numpy's OpenBLAS starts one thread per CPU and splits every GEMM across them.  When
+another process keeps a core busy, half of each GEMM waits for a core that is not free and
+its threads spin meanwhile: on the 2-core build machine a ResNet-50 forward went from 115 ms
+to 400-770 ms.  One thread per *free* core never waits on a core it cannot have.
+
+Why our own few lines rather than threadpoolctl: numpy's wheels bundle one BLAS (OpenBLAS,
+as scipy-openblas), whose thread count is one exported C function; finding the loaded
+library in /proc/self/maps and calling it is ~20 lines with no dependency, while
+threadpoolctl's value -- MKL, BLIS and OpenMP runtimes of other builds -- is not something
+this project ships.  Without an OpenBLAS we can reach, `describe()` says so and the thread
+count stays whatever the BLAS chose (set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS yourself).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from functools import lru_cache
+from typing import Optional
+
+_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_", "openblas_set_num_threads")
+_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+            "openblas_get_num_threads64_", "openblas_get_num_threads")
+_CONFIGS = ("scipy_openblas_get_config64_", "scipy_openblas_get_config", "openblas_get_config64_",
+            "openblas_get_config")
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask; cgroup CPU limits are not read)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _own_running_threads() -> int:
+    try:
+        count = 0
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                # state is the field after the ")" that closes the thread name
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"R":
+                    count += 1
+        return count
+    except OSError:
+        return 1
+
+
+def busy_elsewhere() -> int:
+    """Runnable threads of other processes right now (/proc/loadavg's running count minus
+    our own); 0 where /proc is not available."""
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return max(0, running - _own_running_threads())
+
+
+def free_cores() -> int:
+    """Usable cores minus those other processes are running on, at least 1."""
+    return max(1, usable_cores() - busy_elsewhere())
+
+
+@lru_cache(maxsize=1)
+def _library():
+    """numpy's OpenBLAS, found among the libraries this process has loaded."""
+    import numpy  # noqa: F401  (loads the BLAS)
+
+    paths = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                path = parts[5] if len(parts) >= 6 else ""
+                if "openblas" in os.path.basename(path).lower() and path not in paths:
+                    paths.append(path)
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        setter = next((getattr(lib, n) for n in _SETTERS if hasattr(lib, n)), None)
+        if setter is not None:
+            getter = next((getattr(lib, n) for n in _GETTERS if hasattr(lib, n)), None)
+            config = next((getattr(lib, n) for n in _CONFIGS if hasattr(lib, n)), None)
+            if config is not None:
+                config.restype = ctypes.c_char_p
+            return setter, getter, config
+    return None
+
+
+def threads() -> Optional[int]:
+    lib = _library()
+    return int(lib[1]()) if lib and lib[1] else None
+
+
+def set_threads(n: int) -> Optional[int]:
+    """Set the BLAS thread count (if we can reach the BLAS); returns the count now in force."""
+    lib = _library()
+    if lib is None:
+        return None
+    if threads() != n:
+        lib[0](ctypes.c_int(max(1, int(n))))
+    return threads()
+
+
+def fit_to_free_cores() -> Optional[int]:
+    """One BLAS thread per core that is ours and free; call before each forward."""
+    return set_threads(free_cores())
+
+
+def describe() -> str:
+    lib = _library()
+    if lib is None:
+        return "BLAS: no OpenBLAS found in this process; thread count left to the library"
+    config = lib[2]().decode() if lib[2] else "OpenBLAS"
+    return (f"BLAS: {config}; {threads()} thread(s) now; {usable_cores()} usable core(s), "
+            f"{busy_elsewhere()} busy elsewhere")

@@ -1,0 +1,106 @@
+"""The numeric executor as a runtime: BLAS threads from the free cores, kernels prepared at
+load, honest --loop statistics, and many inferences spread over processes."""
+import pickle
+
+import numpy as np
+import pytest
+
+import cli as atc_cli
+from atc_py import zoo
+from ge.errors import AtcError
+from simulator import blas, runner
+from simulator import cli as sim_cli
+from simulator.executor import execute, prepare, run_graph
+
+
+@pytest.fixture(scope="module")
+def om(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rt")
+    path = zoo.save("resnet50", str(d), small=True)
+    assert atc_cli.main([f"--model={path}", "--framework=5", f"--output={d / 'r50'}", "--soc_version=Ascend310P3",
+                         "--log=error"]) == 0
+    return str(d / "r50.om")
+
+
+def test_blas_threads_follow_the_free_cores():
+    assert blas.usable_cores() >= 1
+    assert 1 <= blas.free_cores() <= blas.usable_cores()
+    assert blas.busy_elsewhere() >= 0
+    if blas.threads() is None:
+        pytest.skip("no OpenBLAS reachable in this numpy build")
+    before = blas.threads()
+    try:
+        assert blas.set_threads(1) == 1
+        assert blas.fit_to_free_cores() == blas.threads() >= 1
+        assert "usable core" in blas.describe()
+    finally:
+        blas.set_threads(before)
+
+
+def test_prepared_plan_converts_constants_once_and_matches_run_graph(om):
+    model = runner.load_model(om)
+    assert model._plan is not None                    # prepared at load
+    feeds = runner.random_inputs(model.graph)
+    consts = [arg[1] for step in model.plan.steps for arg in step.args if arg and arg[0]]
+    assert consts and all(c.dtype == np.float16 for c in consts if c.dtype.kind == "f")
+    first = execute(model.plan, feeds)
+    again = execute(model.plan, feeds)
+    ref = run_graph(model.graph, feeds, model.dtype_of)
+    for name in ref:
+        np.testing.assert_array_equal(first[name], ref[name])
+        np.testing.assert_array_equal(again[name], ref[name])
+    # the same converted arrays serve every forward
+    assert [arg[1] for step in model.plan.steps for arg in step.args if arg and arg[0]][0] is consts[0]
+    assert prepare(model.graph, model.dtype_of).steps[0].node is model.plan.steps[0].node
+
+
+def test_loop_statistics_are_per_timed_forward_and_the_first_forward_is_reported(om):
+    model = runner.load_model(om)
+    feeds = runner.random_inputs(model.graph)
+    result = runner.run(model, feeds, loop=4, warmup_count=0)
+    host = result.host_time_ms
+    assert host["count"] == 4 and host["min"] <= host["median"] <= host["max"]
+    assert result.first_forward_ms > 0
+    warm = runner.run(model, feeds, loop=2, warmup_count=1)
+    assert warm.host_time_ms["count"] == 2 and warm.first_forward_ms > 0
+
+
+def test_cli_prints_min_median_max_and_the_first_forward(om, tmp_path, capsys):
+    rc = sim_cli.main(["--model", om, "--loop", "3", "--warmup_count", "0", "--output", str(tmp_path / "o")])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "3 timed loop(s): min = " in text and "median = " in text and "first forward" in text
+    assert "BLAS:" in text
+    import json
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["host_first_forward_ms"] > 0 and summary["host_wall_time"]["count"] == 3
+
+
+def test_run_many_spreads_inputs_over_processes_and_keeps_their_order(om):
+    model = runner.load_model(om)
+    sets = [runner.random_inputs(model.graph, seed) for seed in range(5)]
+    parallel = runner.run_many(om, sets, workers=2)
+    serial = runner.run_many(om, sets, workers=1)
+    assert parallel.workers == 2 and serial.workers == 1
+    assert len(parallel.outputs) == len(serial.outputs) == 5
+    for got, want, feeds in zip(parallel.outputs, serial.outputs, sets):
+        ref = run_graph(model.graph, feeds, model.dtype_of)
+        for name in ref:
+            np.testing.assert_array_equal(got[name], ref[name])
+            np.testing.assert_array_equal(want[name], ref[name])
+    assert parallel.host_time_ms["count"] == 5
+
+
+def test_run_many_reports_a_bad_input_with_its_code(om):
+    model = runner.load_model(om)
+    good = runner.random_inputs(model.graph)
+    bad = {k: v[..., :1] for k, v in good.items()}
+    with pytest.raises(AtcError) as err:
+        runner.run_many(om, [good, bad], workers=1)
+    assert err.value.code == "E10001"
+
+
+def test_atc_errors_survive_pickling():
+    """A worker's error reaches the caller of run_many through pickling."""
+    err = pickle.loads(pickle.dumps(AtcError("E10001", "msg", "fix")))
+    assert (err.code, err.message, err.solution) == ("E10001", "msg", "fix")
