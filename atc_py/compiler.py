@@ -153,10 +153,12 @@ def budget_for(soc_version: str) -> Budget:
     return budget
 
 
-def compile_model(options: AtcOptions, build: bool = True) -> CompileResult:
-    """Compile a model of static shapes (a gear model: `compile_gears`)."""
+def compile_model(options: AtcOptions, build: bool = True, skip_passes: tuple = ()) -> CompileResult:
+    """Compile a model of static shapes (a gear model: `compile_gears`).  `skip_passes`: names
+    of fusion passes to leave out of the pipeline -- for benches that rebuild the graph another
+    compiler produced; users switch passes off with the switch file instead."""
     with use_budget(budget_for(options.soc_version)):
-        return _compile(options, build)
+        return _compile(options, build, skip_passes=skip_passes)
 
 
 @dataclass
@@ -209,11 +211,13 @@ def compile_gears(options: AtcOptions, build: bool = True) -> GearedCompileResul
     return geared
 
 
-def _compile(options: AtcOptions, build: bool, model=None, input_shape: Optional[str] = None) -> CompileResult:
+def _compile(options: AtcOptions, build: bool, model=None, input_shape: Optional[str] = None,
+             skip_passes: tuple = ()) -> CompileResult:
     switches = switches_from_env(options)
     graph, changes, onnx_nodes, io = prepare_graph(options, model, input_shape)
     unfused = graph.clone()
-    results = run_passes(graph, pipeline.fusion_passes(switches), stage="Fusion passes")
+    passes = [p for p in pipeline.fusion_passes(switches) if getattr(p, "pass_name", "") not in skip_passes]
+    results = run_passes(graph, passes, stage="Fusion passes")
     release_mapped()                      # fusions that repack weights read them
     origin_types = {n.name: n.op_type for n in unfused.nodes}
     plan = plan_precision(graph, origin_types, options)
