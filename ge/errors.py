@@ -14,6 +14,13 @@ from __future__ import annotations
 from om_format.errors import OmFormatError
 
 
+def _rebuild_error(cls, args: tuple, state: dict) -> "AtcError":
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
 class AtcError(Exception):
     """A user-facing error with an ATC error code."""
 
@@ -24,8 +31,9 @@ class AtcError(Exception):
         self.solution = solution
 
     def __reduce__(self):
-        """Pickle by its three fields (errors cross process boundaries in runner.run_many)."""
-        return (type(self), (self.code, self.message, self.solution))
+        """Copy and pickle by state, whatever a subclass's __init__ takes (errors cross process
+        boundaries in runner.run_many)."""
+        return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
 
     def render(self) -> str:
         text = f"{self.code}: {self.message}"
