@@ -32,6 +32,7 @@ from fusion_passes.canonical.hard_swish import HardSwish
 from fusion_passes.canonical.linear_batchnorm import BatchNormIntoLinear
 from fusion_passes.canonical.linear_views import ViewAboveLinear, ViewBelowLinear
 from fusion_passes.canonical.mish import Mish
+from fusion_passes.canonical.quant_views import QuantizedView
 from fusion_passes.canonical.rewrite import Rewrite
 from fusion_passes.canonical.rotary import RotaryEmbedding, RotaryPrefix
 from fusion_passes.canonical.score_scale import ScoreScale
@@ -58,6 +59,7 @@ REWRITES: tuple = (
     ConvCrop(),             # Wav2Vec2's positional conv drops its last step: less end padding
     # views, linear layers and attention idioms
     ViewAsReshape(),        # Squeeze/Unsqueeze/Flatten -> Reshape
+    QuantizedView(),        # DQ -> views -> Q (same scale) -> the views on the int8 tensor
     GemmAsMatMul(),         # Gemm -> MatMul [+ Add]
     BatchNormIntoLinear(),  # linear -> BatchNorm over its features -> one linear
     ReshapeChain(),         # Reshape(Reshape(x)) -> Reshape(x); same-shape Reshape -> x
