@@ -35,7 +35,7 @@ from atc_py.report import build_report  # noqa: E402
 from atc_py.zoo.int8 import calibration_feeds, quantize  # noqa: E402
 from om_format.container import write_om  # noqa: E402
 
-INT8_KERNELS = ("QuantConvBNReluFusionOp", "QuantMatMulBiasActFusionOp")
+INT8_KERNELS = ("QuantConvBNReluFusionOp", "QuantMatMulBiasActFusionOp", "QuantMultiHeadAttentionFusionOp")
 
 
 def build(path: str, out: str, soc: str, precision: str):

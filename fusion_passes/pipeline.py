@@ -25,6 +25,7 @@ from fusion_passes.layer_norm import LayerNormFusionPass
 from fusion_passes.layer_norm_matmul import LayerNormMatMulFusionPass
 from fusion_passes.matmul_bias_act import MatMulBiasActFusionPass
 from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
+from fusion_passes.quant_attention import QuantAttentionFusionPass
 from fusion_passes.quant_conv_bn_relu import QuantConvBNReluFusionPass
 from fusion_passes.quant_matmul_bias_act import QuantMatMulBiasActFusionPass
 from fusion_passes.squeeze_excitation import SqueezeExcitationFusionPass
@@ -38,7 +39,8 @@ def fusion_passes(switches: Optional[FusionSwitches] = None,
     """The fusion passes, in the order they run."""
     named = [
         QuantConvBNReluFusionPass(switches),      # int8 first: they take the DequantizeLinear-fed
-        QuantMatMulBiasActFusionPass(switches),   # convs and GEMMs before the float passes look
+        QuantAttentionFusionPass(switches),       # convs, attention products and GEMMs before
+        QuantMatMulBiasActFusionPass(switches),   # the float passes look
         SqueezeExcitationFusionPass(switches),     # before the conv blocks: it takes the SE's two 1x1 convs
         ConvBNReluFusionPass(switches),
         DepthwiseConvBNReluFusionPass(switches),   # the conv blocks GE's ConvBNReLU leaves out,

@@ -114,7 +114,7 @@ QUANTIZED_OPS = frozenset({
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
     "MatMulInteger", "ConvInteger", "QGemm", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
     "QLinearSoftmax", "QLinearSigmoid", "QLinearLeakyRelu", "AscendQuant", "AscendDequant", "AscendAntiQuant",
-    "QuantConvBNReluFusionOp", "QuantMatMulBiasActFusionOp"})
+    "QuantConvBNReluFusionOp", "QuantMatMulBiasActFusionOp", "QuantMultiHeadAttentionFusionOp"})
 
 
 def _quantized(node) -> bool:

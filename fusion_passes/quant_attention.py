@@ -1,0 +1,230 @@
+"""QuantMultiHeadAttention: attention whose graph quantizes Q, K, P and V ->
+QuantMultiHeadAttentionFusionOp (codegen/fused/quant_attention.py), both products on the
+int8 cube.
+
+Pattern (anchor: the score MatMul, both operands DequantizeLinear of int8 activations, one
+scale each), as onnxruntime's quantize_static writes BERT's self-attention:
+    [int8 views] -> DQ(q) --+
+    [int8 views] -> DQ(k) --+-> MatMul -> { Q -> DQ | Div/Mul by a constant | Add(mask) }
+        -> Softmax -> Q -> DQ --+
+    [int8 views] -> DQ(v) ------+-> MatMul -> [ Q -> [int8 views] ]
+The int8 views before the operands (head split) and after the output (head merge) join the
+kernel when nothing else reads them; a DequantizeLinear read elsewhere too stays, and the
+kernel reads its int8 input.  Every rounding point the graph has stays in the kernel.
+Misses (the score MatMul is act x act int8 but the rest does not follow): a value read
+outside the chain (NF2001), an op the chain does not take (NF2006), P not requantized to
+int8 before P.V or V not a dequantized int8 activation (NF2005).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from codegen.fused import autofused
+from codegen.fused.quant_attention import QUANT_ATTENTION, QUANT_BATCH_MATMUL
+from codegen.registry import kernel_of
+from fusion_passes import reasons
+from fusion_passes.base import FusionPass, Match, fuse, scalar_const, single_consumer
+from fusion_passes.quant_chain import dequant_source, is_int8
+from ge.ir import Graph, Node, Value
+from ge.ops.quant import F32
+from ge.ops.registry import TensorType
+
+INT8_VIEWS = ("Reshape", "Transpose")
+
+
+@dataclass
+class Operand:
+    """One int8 operand of a product: its DequantizeLinear, the int8 tensor the kernel reads,
+    the int8 views between them that join the kernel."""
+    dq: Node
+    source: Value
+    views: list
+    absorbed: bool          # the DQ (and the views) are read by this product only
+
+
+@dataclass
+class QuantAttentionMatch(Match):
+    q: Optional[Operand] = None
+    k: Optional[Operand] = None
+    v: Optional[Operand] = None
+    scores: Optional[Node] = None
+    chain: list = field(default_factory=list)        # score ops from the first MatMul to P's DQ
+    context: Optional[Node] = None
+    tail: list = field(default_factory=list)         # output Q and int8 views
+
+
+def _per_tensor_unblocked(node: Node, scale: str) -> bool:
+    s = node.attrs.get(scale)
+    return s is not None and np.asarray(s).size == 1 and not int(node.attrs.get("block_size", 0) or 0)
+
+
+def int8_operand(value: Value) -> Optional[Operand]:
+    """The int8 activation behind `value` = DequantizeLinear(int8, one scale), or None."""
+    dq = dequant_source(value)
+    if dq is None or dq.inputs[0].is_const or not is_int8(dq.inputs[0]) or not _per_tensor_unblocked(dq, "x_scale"):
+        return None
+    absorbed = single_consumer(dq.outputs[0]) is not None
+    views, node = [], dq.inputs[0].producer
+    while absorbed and node is not None and node.op_type in INT8_VIEWS and single_consumer(node.outputs[0]) \
+            and all(v is None or v.is_const for v in node.inputs[1:]):
+        views.append(node)
+        node = node.inputs[0].producer
+    views.reverse()
+    return Operand(dq, views[0].inputs[0] if views else dq.inputs[0], views, absorbed)
+
+
+def _score_step(node: Node, cur: Value, after_softmax: bool) -> Optional[str]:
+    """None if `node` may follow `cur` in the score chain, else why not."""
+    t = node.op_type
+    if t == "QuantizeLinear":
+        return None if _per_tensor_unblocked(node, "y_scale") else "a per-axis or blocked QuantizeLinear"
+    if t == "DequantizeLinear":
+        return None if _per_tensor_unblocked(node, "x_scale") and is_int8(cur) else "a per-axis DequantizeLinear"
+    if after_softmax:
+        return f"{t} after Softmax"
+    if t in ("Div", "Mul"):
+        other = node.inputs[1] if node.inputs[0] is cur else node.inputs[0]
+        return None if scalar_const(other) is not None else f"{t} by a tensor"
+    if t == "Add":
+        if len(node.inputs) != 2 or node.inputs[0] is node.inputs[1] or \
+                tuple(node.outputs[0].desc.shape) != tuple(cur.desc.shape):
+            return "an Add that broadcasts the scores"
+        return None
+    if t == "Softmax":
+        axis = int(node.attrs.get("axis", -1))
+        return None if axis in (-1, len(cur.desc.shape) - 1) else "Softmax over another axis than the keys"
+    return f"{t} in the score chain"
+
+
+class QuantAttentionFusionPass(FusionPass):
+    pattern_name = "QuantMultiHeadAttention"
+    pass_name = "QuantMultiHeadAttentionFusionPass"
+    fused_ops = (QUANT_ATTENTION,)
+    anchor_types = ("MatMul",)
+
+    def match(self, graph: Graph, mm: Node):
+        q, k = int8_operand(mm.inputs[0]), int8_operand(mm.inputs[1])
+        if q is None or k is None:
+            return None
+        chain, cur, softmax = [], mm.outputs[0], False
+        while True:
+            node = single_consumer(cur)
+            if node is None:
+                return self.miss(reasons.OTHER_CONSUMERS, mm, [mm] + chain, "every score value must feed one op "
+                                 "on the way to P.V", [cur])
+            if node.op_type == "MatMul" and softmax and node.inputs[0] is cur:
+                break
+            why = _score_step(node, cur, softmax)
+            if why is not None:
+                return self.miss(reasons.UNSUPPORTED_VARIANT, mm, [mm] + chain + [node],
+                                 f"the score chain takes rounding points, a constant scale, a mask Add and "
+                                 f"Softmax; found {why}", [cur])
+            softmax = softmax or node.op_type == "Softmax"
+            chain.append(node)
+            cur = node.outputs[0]
+        context = node
+        p_dq = chain[-1]
+        v = int8_operand(context.inputs[1])
+        if p_dq.op_type != "DequantizeLinear" or len(chain) < 2 or chain[-2].op_type != "QuantizeLinear" or v is None:
+            return self.miss(reasons.DTYPE_MISMATCH, mm, [mm] + chain + [context], "P must be requantized to int8 "
+                             "(Softmax -> Q -> DQ) and V a dequantized int8 activation", [cur, context.inputs[1]])
+        tail, out = [], context.outputs[0]
+        nxt = single_consumer(out)
+        if nxt is not None and nxt.op_type == "QuantizeLinear" and _per_tensor_unblocked(nxt, "y_scale"):
+            tail.append(nxt)
+            out = nxt.outputs[0]
+            nxt = single_consumer(out)
+            while nxt is not None and nxt.op_type in INT8_VIEWS and all(x is None or x.is_const for x in nxt.inputs[1:]):
+                tail.append(nxt)
+                out = nxt.outputs[0]
+                nxt = single_consumer(out)
+        nodes = [n for op in (q, k, v) if op.absorbed for n in op.views + [op.dq]]
+        nodes = list(dict.fromkeys(nodes + [mm] + chain + [context] + tail))
+        return QuantAttentionMatch(nodes, QUANT_ATTENTION, [out], q=q, k=k, v=v, scores=mm, chain=chain,
+                                   context=context, tail=tail)
+
+    def rewrite(self, graph: Graph, match: QuantAttentionMatch) -> Node:
+        builder = _SubGraph()
+        for operand in (match.q, match.k, match.v):
+            builder.ref(operand.source)
+        q, k = builder.operand(match.q), builder.operand(match.k)
+        scores = builder.product(match.scores, q, k, match.q, match.k)
+        builder.refs[id(match.scores.outputs[0])] = scores
+        p_q = match.chain[-2]
+        for node in match.chain[:-1]:                       # P's DQ goes: P.V reads P's int8
+            builder.copy(node)
+        v = builder.operand(match.v)
+        builder.refs[id(match.context.outputs[0])] = builder.product(
+            match.context, builder.refs[id(p_q.outputs[0])], v, _as_operand(p_q), match.v)
+        for node in match.tail:
+            builder.copy(node)
+        out = builder.refs[id(match.outputs[0])]
+        attrs = {"subgraph": autofused.encode_subgraph(builder.types_in, builder.ops, [out])}
+        shape = match.q.dq.outputs[0].desc.shape
+        if len(shape) == 4:
+            attrs["head_num"] = int(shape[1])
+        return fuse(graph, match.nodes, QUANT_ATTENTION, builder.inputs, match.outputs, attrs, self.pass_name)
+
+
+@dataclass
+class _PQuant:
+    """P's QuantizeLinear seen as an operand: its scale and zero point are P's."""
+    scale: np.ndarray
+    zero_point: Optional[np.ndarray]
+
+
+def _as_operand(q: Node) -> _PQuant:
+    return _PQuant(q.attrs["y_scale"], q.attrs.get("y_zero_point"))
+
+
+def _quant_params(operand) -> tuple:
+    if isinstance(operand, _PQuant):
+        return operand.scale, operand.zero_point
+    return operand.dq.attrs["x_scale"], operand.dq.attrs.get("x_zero_point")
+
+
+class _SubGraph:
+    """The kernel's sub-graph in autofuse's JSON form, built from the matched nodes."""
+
+    def __init__(self):
+        self.inputs, self.types_in, self.ops = [], [], []
+        self.refs, self.types = {}, {}
+
+    def ref(self, value: Value):
+        if id(value) not in self.refs:
+            self.inputs.append(value)
+            t = TensorType(np.dtype(value.desc.dtype), tuple(value.desc.shape))
+            self.types_in.append(t)
+            r = ("i", len(self.inputs) - 1)
+            self.refs[id(value)], self.types[r] = r, t
+        return self.refs[id(value)]
+
+    def emit(self, op_type: str, attrs: dict, refs: list):
+        ins = [None if r is None else self.types[r] for r in refs]
+        out = kernel_of(op_type).op.infer(ins, attrs)[0]
+        self.ops.append((op_type, attrs, refs, [out]))
+        r = ("o", len(self.ops) - 1, 0)
+        self.types[r] = out
+        return r
+
+    def copy(self, node: Node) -> None:
+        refs = [None if v is None else self.ref(v) for v in node.inputs]
+        self.refs[id(node.outputs[0])] = self.emit(node.op_type, dict(node.attrs), refs)
+
+    def operand(self, operand: Operand):
+        cur = self.ref(operand.source)
+        for view in operand.views:
+            cur = self.emit(view.op_type, dict(view.attrs), [cur] + [self.ref(v) for v in view.inputs[1:] if v])
+        return cur
+
+    def product(self, node: Node, a, b, a_operand, b_operand):
+        (sa, za), (sb, zb) = _quant_params(a_operand), _quant_params(b_operand)
+        attrs = {"deq_scale": (np.asarray(sa, F32).reshape(()) * np.asarray(sb, F32).reshape(())).astype(F32)}
+        if za is not None:
+            attrs["a_zero_point"] = np.asarray(za).reshape(())
+        if zb is not None:
+            attrs["b_zero_point"] = np.asarray(zb).reshape(())
+        return self.emit(QUANT_BATCH_MATMUL, attrs, [a, b])

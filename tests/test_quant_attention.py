@@ -1,0 +1,107 @@
+"""QuantMultiHeadAttention: attention whose graph quantizes Q, K, P and V becomes one kernel
+with both products on the int8 cube -- the exact op types after the pass, the numbers
+against onnxruntime, and the misses."""
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from fusion_passes import reasons
+from fusion_passes.canonical import CanonicalizePass
+from fusion_passes.quant_attention import QuantAttentionFusionPass
+from simulator.compare import compare_one
+
+from helpers import fuse_model, op_types, run_ir, run_ort
+from test_fusion_quant import model_of, vi
+
+S = np.float32
+RNG = np.random.default_rng(23)
+B, H, L, D = 1, 2, 6, 8
+
+
+def qdq_attention(requantize_p=True, scale_op="Div"):
+    """int8 Q, K^T (an int8 Transpose of K), V -> scores -> /sqrt(d) -> +mask -> Softmax ->
+    P int8 -> P.V -> int8 output, with quantize_static's Q/DQ after every op."""
+    inits = [("qs", S(0.03)), ("qz", np.int8(2)), ("ks", S(0.025)), ("kz", np.int8(-1)), ("vs", S(0.02)),
+             ("vz", np.int8(0)), ("ss", S(0.06)), ("sz", np.int8(0)), ("ds", S(0.02)), ("dz", np.int8(1)),
+             ("as", S(0.05)), ("az", np.int8(3)), ("ps", S(1 / 255)), ("pz", np.int8(-128)), ("os", S(0.015)),
+             ("oz", np.int8(0)), ("scale", S(np.sqrt(D)) if scale_op == "Div" else S(1 / np.sqrt(D)))]
+
+    def qdq(x, s, z, out):
+        return [helper.make_node("QuantizeLinear", [x, s, z], [out + "_q"]),
+                helper.make_node("DequantizeLinear", [out + "_q", s, z], [out])]
+
+    nodes = [helper.make_node("DequantizeLinear", ["q", "qs", "qz"], ["qd"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("DequantizeLinear", ["kt", "ks", "kz"], ["kd"]),
+             helper.make_node("MatMul", ["qd", "kd"], ["s"]), *qdq("s", "ss", "sz", "sd"),
+             helper.make_node(scale_op, ["sd", "scale"], ["d"]), *qdq("d", "ds", "dz", "dd"),
+             helper.make_node("Add", ["dd", "mask"], ["a"]), *qdq("a", "as", "az", "ad"),
+             helper.make_node("Softmax", ["ad"], ["p"], axis=-1)]
+    if requantize_p:
+        nodes += qdq("p", "ps", "pz", "pd")
+    nodes += [helper.make_node("DequantizeLinear", ["v", "vs", "vz"], ["vd"]),
+              helper.make_node("MatMul", ["pd" if requantize_p else "p", "vd"], ["o"]),
+              helper.make_node("QuantizeLinear", ["o", "os", "oz"], ["y"])]
+    inputs = [vi("q", np.int8, [B, H, L, D]), vi("k", np.int8, [B, H, L, D]), vi("v", np.int8, [B, H, L, D]),
+              vi("mask", S, [B, 1, 1, L])]
+    return model_of(nodes, inputs, [onnx.ValueInfoProto(name="y")], inits)
+
+
+def feeds():
+    mask = np.zeros((B, 1, 1, L), S)
+    mask[..., -2:] = -10000.0
+    return {n: RNG.integers(-100, 100, (B, H, L, D)).astype(np.int8) for n in "qkv"} | {"mask": mask}
+
+
+@pytest.mark.parametrize("scale_op", ["Div", "Mul"])
+def test_quantized_attention_is_one_int8_kernel(scale_op):
+    model = qdq_attention(scale_op=scale_op)
+    graph, results = fuse_model(model, passes=[CanonicalizePass, QuantAttentionFusionPass])
+    assert op_types(graph) == ["QuantMultiHeadAttentionFusionOp"]
+    kernel = graph.nodes[0]
+    assert [v.name for v in kernel.inputs][:3] == ["q", "k", "v"] and kernel.outputs[0].desc.dtype == np.int8
+    assert kernel.attrs["head_num"] == H
+    f = feeds()
+    expected, got = run_ort(model, f)["y"], run_ir(graph, f)["y"]
+    assert got.dtype == np.int8
+    assert np.max(np.abs(got.astype(np.int32) - expected)) <= 1
+    assert np.mean(got == expected) > 0.98
+
+
+def test_the_kernel_multiplies_int8_on_the_cube_under_every_precision_mode():
+    from codegen.om_builder import compute_dtype
+    from simulator.pricing import kernel_spec
+    graph, _ = fuse_model(qdq_attention(), passes=[CanonicalizePass, QuantAttentionFusionPass])
+    kernel = graph.nodes[0]
+    for mode in ("force_fp16", "force_fp32", "allow_mix_precision"):
+        spec = kernel_spec(kernel, compute_dtype(kernel, mode))
+        assert spec.work.cube_dtype == "int8" and spec.work.cube_macs == 2 * B * H * L * L * D
+        f = feeds()
+        got = run_ir(graph, f, mode)["y"]
+        # the mask and the scale reach the kernel in the mode's float type: --compare's rule
+        check = compare_one("y", "y", got, run_ort(qdq_attention(), f)["y"],
+                            "int8" if mode == "force_fp32" else "int8-fp16", step=1.0)
+        assert check.passed, check.describe()
+
+
+def test_float_probabilities_are_a_miss_and_stay_float():
+    graph, results = fuse_model(qdq_attention(requantize_p=False), passes=[CanonicalizePass, QuantAttentionFusionPass])
+    assert "QuantMultiHeadAttentionFusionOp" not in op_types(graph)
+    [miss] = results["QuantMultiHeadAttentionFusionPass"].misses
+    assert miss.code == reasons.DTYPE_MISMATCH and "P must be requantized" in miss.constraint
+
+
+def test_quantize_static_bert_attention_fuses_in_every_layer():
+    pytest.importorskip("onnxruntime.quantization")
+    from atc_py.zoo import build
+    from atc_py.zoo.int8 import calibration_feeds, quantize
+    model = build("bert_base", small=True)
+    quantized = quantize(model, "qdq", calibration_feeds(model, 2))
+    graph, results = fuse_model(quantized)
+    assert results["QuantMultiHeadAttentionFusionPass"].changes == 2       # SMALL has two layers
+    assert not [n for n in graph.nodes if n.op_type in ("MatMul", "Softmax", "Transpose")]
+    f = calibration_feeds(model, 1, seed=5)[0]
+    expected, got = run_ort(quantized, f), run_ir(graph, f)
+    for name, ref in expected.items():
+        assert np.max(np.abs(got[name].astype(np.float64) - ref)) <= 1e-6 * max(1.0, np.abs(ref).max())
