@@ -8,6 +8,9 @@ scale each), as onnxruntime's quantize_static writes BERT's self-attention:
     [int8 views] -> DQ(k) --+-> MatMul -> { Q -> DQ | Div/Mul by a constant | Add(mask) }
         -> Softmax -> Q -> DQ --+
     [int8 views] -> DQ(v) ------+-> MatMul -> [ Q -> [int8 views] ]
+and as its QOperator form writes it (the ops kept as written, their own integer numerics):
+    QLinearMatMul(q, k) -> { DQ | Div/Mul | Q | QLinearAdd(mask) } -> QLinearSoftmax
+        -> QLinearMatMul(p, v) -> [int8 views]
 The int8 views before the operands (head split) and after the output (head merge) join the
 kernel when nothing else reads them; a DequantizeLinear read elsewhere too stays, and the
 kernel reads its int8 input.  Every rounding point the graph has stays in the kernel.
@@ -37,9 +40,10 @@ INT8_VIEWS = ("Reshape", "Transpose")
 
 @dataclass
 class Operand:
-    """One int8 operand of a product: its DequantizeLinear, the int8 tensor the kernel reads,
-    the int8 views between them that join the kernel."""
-    dq: Node
+    """One int8 operand of a product: its DequantizeLinear (QDQ; None for QLinearMatMul's own
+    int8 input), the int8 tensor the kernel reads, the int8 views between them that join the
+    kernel."""
+    dq: Optional[Node]
     source: Value
     views: list
     absorbed: bool          # the DQ (and the views) are read by this product only
@@ -61,19 +65,34 @@ def _per_tensor_unblocked(node: Node, scale: str) -> bool:
     return s is not None and np.asarray(s).size == 1 and not int(node.attrs.get("block_size", 0) or 0)
 
 
-def int8_operand(value: Value) -> Optional[Operand]:
-    """The int8 activation behind `value` = DequantizeLinear(int8, one scale), or None."""
-    dq = dequant_source(value)
-    if dq is None or dq.inputs[0].is_const or not is_int8(dq.inputs[0]) or not _per_tensor_unblocked(dq, "x_scale"):
-        return None
-    absorbed = single_consumer(dq.outputs[0]) is not None
-    views, node = [], dq.inputs[0].producer
+def int8_operand(value: Value, qoperator: bool = False) -> Optional[Operand]:
+    """The int8 activation behind `value`: DequantizeLinear(int8, one scale) of it (QDQ), or
+    `value` itself (QLinearMatMul's operand); None if it is not one."""
+    if qoperator:
+        if value is None or value.is_const or not is_int8(value):
+            return None
+        dq, int8, absorbed = None, value, True
+    else:
+        dq = dequant_source(value)
+        if dq is None or dq.inputs[0].is_const or not is_int8(dq.inputs[0]) or not _per_tensor_unblocked(dq, "x_scale"):
+            return None
+        int8, absorbed = dq.inputs[0], single_consumer(dq.outputs[0]) is not None
+    views, node = [], int8.producer
     while absorbed and node is not None and node.op_type in INT8_VIEWS and single_consumer(node.outputs[0]) \
             and all(v is None or v.is_const for v in node.inputs[1:]):
         views.append(node)
         node = node.inputs[0].producer
     views.reverse()
-    return Operand(dq, views[0].inputs[0] if views else dq.inputs[0], views, absorbed)
+    return Operand(dq, views[0].inputs[0] if views else int8, views, absorbed)
+
+
+def _operands(mm: Node) -> Optional[tuple]:
+    """The two int8 operands of a product of activations (MatMul of DQs, or QLinearMatMul)."""
+    if mm.op_type == "QLinearMatMul":
+        pair = int8_operand(mm.inputs[0], True), int8_operand(mm.inputs[3], True)
+    else:
+        pair = int8_operand(mm.inputs[0]), int8_operand(mm.inputs[1])
+    return None if None in pair else pair
 
 
 def _score_step(node: Node, cur: Value, after_softmax: bool) -> Optional[str]:
@@ -88,12 +107,12 @@ def _score_step(node: Node, cur: Value, after_softmax: bool) -> Optional[str]:
     if t in ("Div", "Mul"):
         other = node.inputs[1] if node.inputs[0] is cur else node.inputs[0]
         return None if scalar_const(other) is not None else f"{t} by a tensor"
-    if t == "Add":
-        if len(node.inputs) != 2 or node.inputs[0] is node.inputs[1] or \
+    if t in ("Add", "QLinearAdd"):
+        if sum(v is not None and not v.is_const or v is cur for v in node.inputs) != 2 or \
                 tuple(node.outputs[0].desc.shape) != tuple(cur.desc.shape):
             return "an Add that broadcasts the scores"
         return None
-    if t == "Softmax":
+    if t in ("Softmax", "QLinearSoftmax"):
         axis = int(node.attrs.get("axis", -1))
         return None if axis in (-1, len(cur.desc.shape) - 1) else "Softmax over another axis than the keys"
     return f"{t} in the score chain"
@@ -103,32 +122,37 @@ class QuantAttentionFusionPass(FusionPass):
     pattern_name = "QuantMultiHeadAttention"
     pass_name = "QuantMultiHeadAttentionFusionPass"
     fused_ops = (QUANT_ATTENTION,)
-    anchor_types = ("MatMul",)
+    anchor_types = ("MatMul", "QLinearMatMul")
 
     def match(self, graph: Graph, mm: Node):
-        q, k = int8_operand(mm.inputs[0]), int8_operand(mm.inputs[1])
-        if q is None or k is None:
+        pair = _operands(mm)
+        if pair is None:
             return None
+        q, k = pair
         chain, cur, softmax = [], mm.outputs[0], False
         while True:
             node = single_consumer(cur)
             if node is None:
                 return self.miss(reasons.OTHER_CONSUMERS, mm, [mm] + chain, "every score value must feed one op "
                                  "on the way to P.V", [cur])
-            if node.op_type == "MatMul" and softmax and node.inputs[0] is cur:
+            if node.op_type in ("MatMul", "QLinearMatMul") and softmax and node.inputs[0] is cur:
                 break
             why = _score_step(node, cur, softmax)
             if why is not None:
                 return self.miss(reasons.UNSUPPORTED_VARIANT, mm, [mm] + chain + [node],
                                  f"the score chain takes rounding points, a constant scale, a mask Add and "
                                  f"Softmax; found {why}", [cur])
-            softmax = softmax or node.op_type == "Softmax"
+            softmax = softmax or node.op_type in ("Softmax", "QLinearSoftmax")
             chain.append(node)
             cur = node.outputs[0]
         context = node
-        p_dq = chain[-1]
-        v = int8_operand(context.inputs[1])
-        if p_dq.op_type != "DequantizeLinear" or len(chain) < 2 or chain[-2].op_type != "QuantizeLinear" or v is None:
+        if context.op_type == "QLinearMatMul":
+            v, p_int8 = int8_operand(context.inputs[3], True), is_int8(cur)
+        else:
+            v = int8_operand(context.inputs[1])
+            p_int8 = chain[-1].op_type == "DequantizeLinear" and len(chain) > 1 and \
+                chain[-2].op_type == "QuantizeLinear"
+        if not p_int8 or v is None:
             return self.miss(reasons.DTYPE_MISMATCH, mm, [mm] + chain + [context], "P must be requantized to int8 "
                              "(Softmax -> Q -> DQ) and V a dequantized int8 activation", [cur, context.inputs[1]])
         tail, out = [], context.outputs[0]
@@ -141,7 +165,7 @@ class QuantAttentionFusionPass(FusionPass):
                 tail.append(nxt)
                 out = nxt.outputs[0]
                 nxt = single_consumer(out)
-        nodes = [n for op in (q, k, v) if op.absorbed for n in op.views + [op.dq]]
+        nodes = [n for op in (q, k, v) if op.absorbed for n in op.views + ([op.dq] if op.dq else [])]
         nodes = list(dict.fromkeys(nodes + [mm] + chain + [context] + tail))
         return QuantAttentionMatch(nodes, QUANT_ATTENTION, [out], q=q, k=k, v=v, scores=mm, chain=chain,
                                    context=context, tail=tail)
@@ -151,19 +175,24 @@ class QuantAttentionFusionPass(FusionPass):
         for operand in (match.q, match.k, match.v):
             builder.ref(operand.source)
         q, k = builder.operand(match.q), builder.operand(match.k)
-        scores = builder.product(match.scores, q, k, match.q, match.k)
-        builder.refs[id(match.scores.outputs[0])] = scores
-        p_q = match.chain[-2]
-        for node in match.chain[:-1]:                       # P's DQ goes: P.V reads P's int8
-            builder.copy(node)
-        v = builder.operand(match.v)
-        builder.refs[id(match.context.outputs[0])] = builder.product(
-            match.context, builder.refs[id(p_q.outputs[0])], v, _as_operand(p_q), match.v)
+        if match.scores.op_type == "QLinearMatMul":         # QOperator: the ops as written
+            builder.copy(match.scores, {0: q, 3: k})
+            for node in match.chain:
+                builder.copy(node)
+            builder.copy(match.context, {0: builder.refs[id(match.chain[-1].outputs[0])],
+                                         3: builder.operand(match.v)})
+        else:                                               # QDQ: both products on int8
+            builder.refs[id(match.scores.outputs[0])] = builder.product(q, k, match.q, match.k)
+            p_q = match.chain[-2]
+            for node in match.chain[:-1]:                   # P's DQ goes: P.V reads P's int8
+                builder.copy(node)
+            builder.refs[id(match.context.outputs[0])] = builder.product(
+                builder.refs[id(p_q.outputs[0])], builder.operand(match.v), _as_operand(p_q), match.v)
         for node in match.tail:
             builder.copy(node)
         out = builder.refs[id(match.outputs[0])]
         attrs = {"subgraph": autofused.encode_subgraph(builder.types_in, builder.ops, [out])}
-        shape = match.q.dq.outputs[0].desc.shape
+        shape = match.scores.outputs[0].desc.shape
         if len(shape) == 4:
             attrs["head_num"] = int(shape[1])
         return fuse(graph, match.nodes, QUANT_ATTENTION, builder.inputs, match.outputs, attrs, self.pass_name)
@@ -210,8 +239,10 @@ class _SubGraph:
         self.types[r] = out
         return r
 
-    def copy(self, node: Node) -> None:
-        refs = [None if v is None else self.ref(v) for v in node.inputs]
+    def copy(self, node: Node, given: Optional[dict] = None) -> None:
+        """`node` as a member; `given`: refs for some of its inputs (by slot)."""
+        given = given or {}
+        refs = [given[i] if i in given else None if v is None else self.ref(v) for i, v in enumerate(node.inputs)]
         self.refs[id(node.outputs[0])] = self.emit(node.op_type, dict(node.attrs), refs)
 
     def operand(self, operand: Operand):
@@ -220,7 +251,7 @@ class _SubGraph:
             cur = self.emit(view.op_type, dict(view.attrs), [cur] + [self.ref(v) for v in view.inputs[1:] if v])
         return cur
 
-    def product(self, node: Node, a, b, a_operand, b_operand):
+    def product(self, a, b, a_operand, b_operand):
         (sa, za), (sb, zb) = _quant_params(a_operand), _quant_params(b_operand)
         attrs = {"deq_scale": (np.asarray(sa, F32).reshape(()) * np.asarray(sb, F32).reshape(())).astype(F32)}
         if za is not None:

@@ -92,15 +92,19 @@ def test_float_probabilities_are_a_miss_and_stay_float():
     assert miss.code == reasons.DTYPE_MISMATCH and "P must be requantized" in miss.constraint
 
 
-def test_quantize_static_bert_attention_fuses_in_every_layer():
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_quantize_static_bert_attention_fuses_in_every_layer(form):
+    """QDQ: MatMul of DQs ... Softmax -> Q -> DQ -> MatMul; QOperator: QLinearMatMul -> DQ ->
+    Div -> Q -> QLinearAdd -> QLinearSoftmax -> QLinearMatMul (its ops kept as written)."""
     pytest.importorskip("onnxruntime.quantization")
     from atc_py.zoo import build
     from atc_py.zoo.int8 import calibration_feeds, quantize
     model = build("bert_base", small=True)
-    quantized = quantize(model, "qdq", calibration_feeds(model, 2))
+    quantized = quantize(model, form, calibration_feeds(model, 2))
     graph, results = fuse_model(quantized)
     assert results["QuantMultiHeadAttentionFusionPass"].changes == 2       # SMALL has two layers
-    assert not [n for n in graph.nodes if n.op_type in ("MatMul", "Softmax", "Transpose")]
+    left = {"MatMul", "Softmax", "QLinearMatMul", "QLinearSoftmax"}.intersection(op_types(graph))
+    assert not left
     f = calibration_feeds(model, 1, seed=5)[0]
     expected, got = run_ort(quantized, f), run_ir(graph, f)
     for name, ref in expected.items():
