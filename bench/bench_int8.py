@@ -5,9 +5,9 @@ model), each compiled for one chip next to the fp16 build of its float model.
 Per model and form: kernels launched, int8 kernels, simulated latency and fps (the cost
 model, batch 1), `--compare` of the .om against onnxruntime on the quantized model (the
 int8 rule of simulator/COMPARE.md, float kernels in fp16 and in fp32), and the accuracy
-against the float original on seeded inputs: top-1 agreement (classifiers) or the mean
-cosine similarity of the outputs (BERT), with the simulator running the int8 .om and
-onnxruntime the float ONNX.  Everything is measured in this one run; calibration and test
+against the float original on seeded inputs as `atc-sim --accuracy` measures it: top-1
+agreement (classifiers) and the cosine similarity of every output, with the simulator
+running the int8 .om and onnxruntime the float ONNX.  Everything is measured in this one run; calibration and test
 inputs are seeded (atc_py/zoo/int8.py).
 
 usage: python bench/bench_int8.py [--soc Ascend310P3] [--models resnet50,mobilenet_v2,bert_base]
@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import onnx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,24 +63,17 @@ def compare(om_path: str, onnx_path: str, feeds: dict) -> str:
 
 
 def accuracy(om_path: str, float_path: str, samples: list) -> str:
-    """Top-1 agreement (2-D logits) or mean cosine similarity of the int8 .om vs the float ONNX."""
-    import onnxruntime as ort
+    """What `atc-sim --accuracy` reports (simulator/accuracy.py): top-1 agreement of a
+    classifier's logits, else the mean cosine similarity, of the int8 .om vs the float ONNX."""
     from simulator import runner
+    from simulator.accuracy import accuracy_against
     model = runner.load_model(om_path)
-    session = ort.InferenceSession(float_path, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    agree, cosines = [], []
-    for feeds in samples:
-        got = runner.run(model, feeds, loop=1, warmup_count=0).outputs
-        ref = dict(zip(names, session.run(names, feeds)))
-        for name, r in ref.items():
-            g = np.asarray(got[name], np.float64)
-            if r.ndim == 2 and r.shape[1] > 1 and len(ref) == 1:
-                agree.append(float(np.mean(np.argmax(g, 1) == np.argmax(r, 1))))
-            cosines.append(float(np.dot(g.ravel(), r.ravel()) / (np.linalg.norm(g) * np.linalg.norm(r) + 1e-30)))
-    if agree:
-        return f"top-1 agreement {np.mean(agree):.3f} over {len(agree)} inputs, cosine {np.mean(cosines):.4f}"
-    return f"mean cosine {np.mean(cosines):.4f} over {len(samples)} inputs"
+    outputs = [runner.run(model, feeds, loop=1, warmup_count=0).outputs for feeds in samples]
+    parts = []
+    for a in accuracy_against(float_path, model.graph, samples, outputs):
+        top1 = f"top-1 {a.top1_agree}/{a.top1_total}, " if a.top1_total else ""
+        parts.append(f"{a.name} {top1}cosine {a.cosine_mean:.4f} (worst {a.cosine_min:.4f})")
+    return "; ".join(parts)
 
 
 def main() -> int:

@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--soc_version", default="", help="chip to price on (default: the one recorded in the .om)")
     p.add_argument("--compare", default="", help="the .onnx the .om came from: compare every output with "
                    "onnxruntime (no graph optimizations, 1 thread); exit 2 on FAIL")
+    p.add_argument("--accuracy", default="", help="the float .onnx an int8 .om was quantized from: every "
+                   "inference's outputs against onnxruntime on it (cosine similarity, top-1 agreement of "
+                   "[batch, classes] outputs; simulator/accuracy.py)")
     p.add_argument("--profile", default="", help="folder for op_summary_0.csv, op_statistic_0.csv and "
                    "msprof_0.json (Perfetto)")
     p.add_argument("--seed", default=0, type=int, help="seed of the random inputs (default 0)")
@@ -268,7 +271,7 @@ def _inputs(args, session):
     shapes = parse_shapes(args.dymShape, "--dymShape") if args.dymShape and graph.is_dynamic else None
     if args.input:
         return runner.load_dataset(args.input, graph, shapes)
-    kind = args.pure_data_type or ("random" if args.compare else "zero")
+    kind = args.pure_data_type or ("random" if args.compare or args.accuracy else "zero")
     if kind == "zero":
         return runner.Dataset([runner.zero_inputs(graph, shapes)], ["pure_infer_data"], "zero")
     return runner.Dataset([runner.random_inputs(graph, args.seed, shapes)], ["pure_infer_data"],
@@ -403,8 +406,12 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
     workers = blas.free_cores() if len(data.feeds) > 2 and args.loop == 1 else 1
     names = session.get_output_names()
 
+    every_output = []                 # --accuracy: each inference's outputs, in order
+
     def keep(k, outputs):
         _check_output_sizes(args.output_sizes, dict(zip(names, outputs)))
+        if args.accuracy:
+            every_output.append(dict(zip(names, outputs)))
         if out_dir:
             written.append(runner.write_outputs(dict(zip(names, outputs)), out_dir, args.outfmt, out,
                                                 prefix=data.names[k] if ais_names else None))
@@ -434,6 +441,10 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
     if args.compare:
         from simulator.compare import compare_with_onnx
         compares = compare_with_onnx(args.compare, model.graph, data.feeds[-1], last_outputs, loaded.compute_dtypes)
+    accuracy = []
+    if args.accuracy:
+        from simulator.accuracy import accuracy_against
+        accuracy = accuracy_against(args.accuracy, model.graph, data.feeds, every_output)
 
     totals = session.summary()
     npu = totals["NPU_compute_time"]
@@ -463,6 +474,8 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
         summary["compare"] = {"onnx": args.compare, "reference": "onnxruntime ORT_DISABLE_ALL, 1 thread",
                               "passed": all(c.passed for c in compares),
                               "outputs": [c.as_dict() for c in compares]}
+    if args.accuracy:
+        summary["accuracy"] = {"onnx": args.accuracy, "outputs": [a.as_dict() for a in accuracy]}
     profile_dirs = [args.profile] if args.profile else []
     if args.profiler and args.output:
         profile_dirs.append(os.path.join(args.output, "profiler"))
@@ -492,6 +505,8 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
           f"{results[0].first_forward_ms:.3f} ms{' (a warm-up, not in the stats)' if args.warmup_count else ''}")
     print(f"[INFO] {blas.describe()}")
 
+    for a in accuracy:
+        print(f"[INFO] accuracy of output [{a.name}] against the float model [{a.reference_name}]: {a.describe()}")
     if not compares:
         return summary, EXIT_OK
     for c in compares:

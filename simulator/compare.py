@@ -36,19 +36,21 @@ SPREAD_FACTOR = 2.0
 DECISION_FLIP_FRACTION = 1e-3
 
 
-def _compare_error(value, reason: str) -> AtcError:
-    return AtcError("E10001", f"Value [{value}] for parameter [--compare] is invalid. Reason: {reason}",
-                    "Pass the .onnx model the .om was compiled from.")
+def _compare_error(value, reason: str, flag: str = "--compare") -> AtcError:
+    wanted = "the float .onnx model the .om was quantized from" if flag == "--accuracy" else \
+        "the .onnx model the .om was compiled from"
+    return AtcError("E10001", f"Value [{value}] for parameter [{flag}] is invalid. Reason: {reason}",
+                    f"Pass {wanted}.")
 
 
-def run_onnxruntime(onnx_path: str, feeds: dict, optimized: bool = False) -> dict:
+def run_onnxruntime(onnx_path: str, feeds: dict, optimized: bool = False, flag: str = "--compare") -> dict:
     """Outputs of `onnx_path` in onnxruntime (ORT_DISABLE_ALL, 1 thread), by output name.
     `optimized`: with ORT_ENABLE_ALL instead, where onnxruntime turns QDQ node groups into
     its own integer kernels (QLinearConv, QLinearMatMul, QGemm, ...): a second, equally
     valid execution of a quantized model (see `reference_spread`)."""
     import onnxruntime as ort
 
-    check_input(onnx_path, "--compare")   # a regular file: a FIFO would block onnxruntime
+    check_input(onnx_path, flag)          # a regular file: a FIFO would block onnxruntime
     options = ort.SessionOptions()
     options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized
                                         else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
@@ -59,11 +61,11 @@ def run_onnxruntime(onnx_path: str, feeds: dict, optimized: bool = False) -> dic
         source = reference_model(onnx_path)
         session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as exc:
-        raise _compare_error(onnx_path, f"onnxruntime cannot load it: {exc}")
+        raise _compare_error(onnx_path, f"onnxruntime cannot load it: {exc}", flag)
     wanted = [i.name for i in session.get_inputs()]
     missing = [n for n in wanted if n not in feeds]
     if missing:
-        raise _compare_error(onnx_path, f"it needs inputs {missing} that the .om does not have.")
+        raise _compare_error(onnx_path, f"it needs inputs {missing} that the .om does not have.", flag)
     names = [o.name for o in session.get_outputs()]
     # --input_fp16_nodes: the .om takes float16 where the ONNX model takes float32; the same
     # values go to onnxruntime in the dtype it declares.
@@ -73,7 +75,7 @@ def run_onnxruntime(onnx_path: str, feeds: dict, optimized: bool = False) -> dic
     try:
         results = session.run(names, ort_feeds)
     except Exception as exc:
-        raise _compare_error(onnx_path, f"onnxruntime failed to run it on the .om's inputs: {exc}")
+        raise _compare_error(onnx_path, f"onnxruntime failed to run it on the .om's inputs: {exc}", flag)
     return dict(zip(names, results))
 
 
