@@ -108,10 +108,8 @@ def _score_step(node: Node, cur: Value, after_softmax: bool) -> Optional[str]:
         other = node.inputs[1] if node.inputs[0] is cur else node.inputs[0]
         return None if scalar_const(other) is not None else f"{t} by a tensor"
     if t in ("Add", "QLinearAdd"):
-        if sum(v is not None and not v.is_const or v is cur for v in node.inputs) != 2 or \
-                tuple(node.outputs[0].desc.shape) != tuple(cur.desc.shape):
-            return "an Add that broadcasts the scores"
-        return None
+        same = tuple(node.outputs[0].desc.shape) == tuple(cur.desc.shape)
+        return None if same else "an Add that broadcasts the scores"
     if t in ("Softmax", "QLinearSoftmax"):
         axis = int(node.attrs.get("axis", -1))
         return None if axis in (-1, len(cur.desc.shape) - 1) else "Softmax over another axis than the keys"
@@ -161,10 +159,11 @@ class QuantAttentionFusionPass(FusionPass):
             tail.append(nxt)
             out = nxt.outputs[0]
             nxt = single_consumer(out)
-            while nxt is not None and nxt.op_type in INT8_VIEWS and all(x is None or x.is_const for x in nxt.inputs[1:]):
-                tail.append(nxt)
-                out = nxt.outputs[0]
-                nxt = single_consumer(out)
+        while is_int8(out) and nxt is not None and nxt.op_type in INT8_VIEWS and \
+                all(x is None or x.is_const for x in nxt.inputs[1:]):
+            tail.append(nxt)
+            out = nxt.outputs[0]
+            nxt = single_consumer(out)
         nodes = [n for op in (q, k, v) if op.absorbed for n in op.views + ([op.dq] if op.dq else [])]
         nodes = list(dict.fromkeys(nodes + [mm] + chain + [context] + tail))
         return QuantAttentionMatch(nodes, QUANT_ATTENTION, [out], q=q, k=k, v=v, scores=mm, chain=chain,

@@ -67,3 +67,38 @@ def test_every_q_dq_pair_around_views_goes_from_a_quantize_static_bert():
     expected, got = run_ort(quantized, feeds), run_ir(graph, feeds)
     for name, ref in expected.items():
         assert np.max(np.abs(got[name].astype(np.float64) - ref)) <= 1e-6 * max(1.0, np.abs(ref).max())
+
+
+def test_an_embedding_lookup_reads_the_int8_table():
+    """DQ(table) -> Gather(ids) -> Q with the table's scale: Gather of the int8 table."""
+    table = np.random.default_rng(1).integers(-127, 128, (10, 4)).astype(np.int8)
+    nodes = [helper.make_node("DequantizeLinear", ["table", "s", "z"], ["t"]),
+             helper.make_node("Gather", ["t", "ids"], ["g"]),
+             helper.make_node("QuantizeLinear", ["g", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    model = model_of(nodes, [vi("ids", np.int64, [1, 3])], [onnx.ValueInfoProto(name="y")],
+                     [("table", table), ("s", S(0.02)), ("z", np.int8(0))])
+    graph, _ = fuse_model(model, passes=[CanonicalizePass])
+    assert op_types(graph) == ["Gather", "DequantizeLinear"]
+    assert graph.nodes[0].inputs[0].const.dtype == np.int8
+    feeds = {"ids": np.array([[3, 0, 9]], np.int64)}
+    np.testing.assert_array_equal(run_ir(graph, feeds)["y"], run_ort(model, feeds)["y"])
+
+
+def test_small_constant_dequantize_folds_unless_a_cube_op_reads_it():
+    """LayerNorm's int8 gamma/beta fold to float constants; the MatMul's int8 weight stays a
+    DequantizeLinear for the int8 fusion."""
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("DequantizeLinear", ["g8", "gs"], ["gamma"]),
+             helper.make_node("DequantizeLinear", ["b8", "gs"], ["beta"]),
+             helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1),
+             helper.make_node("DequantizeLinear", ["w8", "ws"], ["w"]),
+             helper.make_node("MatMul", ["n", "w"], ["y"])]
+    inits = [("g8", rng.integers(-127, 128, 4).astype(np.int8)), ("b8", rng.integers(-127, 128, 4).astype(np.int8)),
+             ("gs", S(0.01)), ("w8", rng.integers(-127, 128, (4, 3)).astype(np.int8)), ("ws", S(0.02))]
+    model = model_of(nodes, [vi("x", S, [2, 4])], [onnx.ValueInfoProto(name="y")], inits)
+    graph, results = fuse_model(model, passes=[CanonicalizePass])
+    assert op_types(graph) == ["LayerNormalization", "DequantizeLinear", "MatMul"]
+    assert results["CanonicalizePass"].by_rewrite["ConstantDequantize"] == 2
+    feeds = {"x": rng.standard_normal((2, 4)).astype(S)}
+    np.testing.assert_allclose(run_ir(graph, feeds)["y"], run_ort(model, feeds)["y"], rtol=1e-6, atol=1e-6)

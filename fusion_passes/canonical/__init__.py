@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 from fusion_passes.canonical.clip import Clip
 from fusion_passes.canonical.concat_prefix import ConcatPrefix
 from fusion_passes.canonical.concat_single import ConcatSingle
+from fusion_passes.canonical.const_dequantize import ConstantDequantize
 from fusion_passes.canonical.conv_crop import ConvCrop
 from fusion_passes.canonical.gelu_erf import GeluErf
 from fusion_passes.canonical.gelu_tanh import GeluTanh
@@ -60,6 +61,7 @@ REWRITES: tuple = (
     # views, linear layers and attention idioms
     ViewAsReshape(),        # Squeeze/Unsqueeze/Flatten -> Reshape
     QuantizedView(),        # DQ -> views -> Q (same scale) -> the views on the int8 tensor
+    ConstantDequantize(),   # DQ of a small constant no cube op reads -> its float constant
     GemmAsMatMul(),         # Gemm -> MatMul [+ Add]
     BatchNormIntoLinear(),  # linear -> BatchNorm over its features -> one linear
     ReshapeChain(),         # Reshape(Reshape(x)) -> Reshape(x); same-shape Reshape -> x

@@ -4,7 +4,8 @@ point is the same views on the int8 tensor.
 Why: onnxruntime's quantize_static wraps every op in Q/DQ, data movement included, so BERT's
 head split (Reshape, Transpose) reads as int8 -> float -> view -> int8 -> float.  Left so,
 each view is a float kernel between two quantize kernels and the int8 GEMMs before and after
-never meet an int8 operand.  Moved onto the int8 tensor, the view moves a quarter of the
+never meet an int8 operand.  A Gather is a view too (of rows its indices pick): an embedding
+lookup reads the int8 table, which stays int8.  Moved onto the int8 tensor, the view moves a quarter of the
 bytes, the Q/DQ pair around it disappears, and the int8 GEMM that writes the tensor and the
 one that reads it see each other.
 
@@ -20,7 +21,8 @@ import numpy as np
 from fusion_passes.canonical.rewrite import Rewrite, add_node, replace_value
 from ge.ir import Graph, Node, Value
 
-VIEWS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+VIEWS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Gather")
+RUNTIME_INDICES = ("Gather",)       # views whose other input (the indices) may be computed
 
 
 def _param(node: Node, name: str) -> Optional[np.ndarray]:
@@ -47,7 +49,7 @@ def _view_chain(value: Value) -> Optional[tuple]:
     chain = []
     node = value.producer
     while node is not None and node.op_type in VIEWS:
-        if any(v is not None and not v.is_const for v in node.inputs[1:]):
+        if node.op_type not in RUNTIME_INDICES and any(v is not None and not v.is_const for v in node.inputs[1:]):
             return None                    # a shape or axes computed at run time
         chain.append(node)
         node = node.inputs[0].producer if node.inputs[0] is not None else None
