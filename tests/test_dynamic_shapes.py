@@ -299,20 +299,24 @@ def _token_feeds(model: onnx.ModelProto, batch: int, length: int) -> dict:
     return feeds
 
 
-@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
-def test_attention_over_a_dynamic_sequence_length_fuses_and_matches_at_three_lengths(dynamic_exports, exporter,
+@pytest.mark.parametrize("name,exporter", [("bert", "torchscript"), ("bert", "dynamo"), ("gpt2", "torchscript"),
+                                           ("gpt2", "dynamo")])
+def test_attention_over_a_dynamic_sequence_length_fuses_and_matches_at_three_lengths(dynamic_exports, name, exporter,
                                                                                        tmp_path):
-    """BERT exported with dynamic batch and sequence axes: every block is one MHA kernel
-    checked on the symbols (no Softmax left), and each length runs priced at its own sizes."""
+    """BERT and GPT-2 exported with dynamic batch and sequence axes: every block is one MHA
+    kernel checked on the symbols (no Softmax left), every linear layer a fused GEMM (GPT-2's
+    Conv1D flattens the rows around its Gemm: the row views cross it on symbolic shapes), and
+    each length runs priced at its own sizes."""
     import exporters
     from codegen.fused.attention import OP_TYPE
-    path = dynamic_exports("bert", exporter)
+    path = dynamic_exports(name, exporter)
     model = onnx.load(path)
     shape = exporters.decoder_input_shape(model)                    # every dynamic dim -1
     assert shape.count("-1") == 2 * len(model.graph.input)
     report = atc_py.compile(path, output=str(tmp_path / "b"), soc_version="Ascend910", input_shape=shape,
                             precision_mode="force_fp32")
     assert report["dynamic"]["symbolic_matches"]["MHA"] == 2
+    assert {p["pattern"]: p["effect"] for p in report["patterns"]}["MatMulBiasAct"] == 6   # as static: all but those in MHA kernels
     assert not [m for m in report["misses"] if m["pass"] == "MultiHeadAttentionFusionPass"]
     session = atc_py.InferSession(str(tmp_path / "b.om"))
     kinds = [n.op_type for n in session.model.graph.nodes]

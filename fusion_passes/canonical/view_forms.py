@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from fusion_passes.canonical.rewrite import Rewrite, add_node, replace_value
 from ge.ir import Graph, Node
+from ge.symbolic import Dim
 
 
 def reshape_to(graph: Graph, source, shape, name: str, origin) -> Node:
-    """A Reshape of `source` to the static `shape` (no 0 or -1 left to interpret)."""
-    return add_node(graph, "Reshape", [source], {"shape": [int(d) for d in shape], "allowzero": 0}, name, origin)
+    """A Reshape of `source` to `shape` (no 0 or -1 left to interpret; a symbolic dim stays an
+    expression the kernel evaluates when it runs)."""
+    dims = [d if isinstance(d, Dim) else int(d) for d in shape]
+    return add_node(graph, "Reshape", [source], {"shape": dims, "allowzero": 0}, name, origin)
 
 
 class ViewAsReshape(Rewrite):

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ge.ops.common import broadcast_shape
 from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import InvalidNode, invalid_attr
 
@@ -499,8 +500,8 @@ def matmul_shape(a, b) -> tuple:
         raise InvalidNode(f"MatMul inner dimensions differ: {a} x {b}",
                           "The last axis of A must equal the second-to-last axis of B.")
     try:
-        batch = tuple(int(d) for d in np.broadcast_shapes(a2[:-2], b2[:-2]))
-    except ValueError:
+        batch = broadcast_shape(a2[:-2], b2[:-2])          # symbolic batch dims too
+    except InvalidNode:
         raise InvalidNode(f"MatMul batch dimensions do not broadcast: {a} x {b}",
                           "Make the leading axes of A and B broadcastable.") from None
     shape = batch + (a2[-2], b2[-1])
