@@ -4,7 +4,8 @@ For each model: the weight bytes (every initializer, inline or external), then, 
 in each round so both see the same machine: the I/O floor -- the model's files read once
 and as many bytes written once to a new file in the same folder, 16 MiB at a time, no fsync
 (an `atc` run does not fsync either) -- and `atc` compiling the model in a fresh process:
-wall time and peak RSS (ru_maxrss of the process, so file pages mapped and touched count).
+wall time and peak RSS (ru_maxrss of that process alone, bench/peak_rss.py: file pages mapped
+and touched count).
 Medians over the rounds; the load average is printed next to every figure (the machine is
 shared).  Then the .om is opened without compiling: `atc --mode=6` and an `InferSession`
 (its constructor only) report their peak RSS, which stays far below the .om's size when the
@@ -13,7 +14,8 @@ measured too: it is a fixed part of every compile.
 
 The decoder is a transformers LlamaForCausalLM (TinyLlama-1.1B's config: hidden 2048, 22
 layers, 32 heads, 4 KV heads, MLP 5632, vocabulary 32000; 1.10 B parameters) with seeded
-random weights, exported by torch.onnx.export (TorchScript, opset 17, fp32, 16 tokens):
+random weights, exported by torch.onnx.export (TorchScript, opset 17, fp32, 16 tokens and
+an attention mask):
 4.4 GB of weights, so the exporter writes them as external data.  The export runs once, in
 its own process, and is kept in the work folder (delete it when done: it is big).
 
@@ -36,6 +38,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from bench import peak_rss  # noqa: E402
 
 SOC = "Ascend910"
 CHUNK = 16 << 20
@@ -60,9 +64,11 @@ def export_decoder(out_dir: str) -> dict:
     ids = torch.randint(0, config.vocab_size, (1, DECODER_TOKENS), generator=torch.Generator().manual_seed(1))
     path = os.path.join(out_dir, "decoder.onnx")
     start = time.time()
+    # With an attention mask given, transformers 5 builds the causal mask without aten::diff
+    # (which the TorchScript exporter cannot export); users pass one anyway.
     with torch.no_grad():
-        torch.onnx.export(model, (ids,), path, input_names=["input_ids"], output_names=["logits"],
-                          opset_version=17, dynamo=False)
+        torch.onnx.export(model, (ids, torch.ones_like(ids)), path, input_names=["input_ids", "attention_mask"],
+                          output_names=["logits"], opset_version=17, dynamo=False)
     return {"params": int(sum(p.numel() for p in model.parameters())), "build_s": round(built, 1),
             "export_s": round(time.time() - start, 1), "torch": torch.__version__,
             "transformers": transformers.__version__}
@@ -127,16 +133,12 @@ def io_floor(files: list, dest: str) -> float:
 
 
 def run_process(args: list, cwd: str) -> tuple:
-    """(seconds, peak RSS bytes, output) of a fresh process."""
+    """(seconds, peak RSS bytes, output) of a fresh process (its own peak: bench/peak_rss.py)."""
     env = {**os.environ, "PYTHONPATH": ROOT}
-    start = time.perf_counter()
-    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
+    rc, seconds, peak, out = peak_rss.run(args, cwd=cwd, env=env)
+    if rc != 0 or peak is None:
         raise SystemExit(f"{' '.join(map(str, args))} failed:\n{out.decode(errors='replace')[-3000:]}")
-    return seconds, usage.ru_maxrss * 1024, out.decode(errors="replace")
+    return seconds, peak, out.decode(errors="replace")
 
 
 def compile_once(path: str, out_stem: str) -> tuple:

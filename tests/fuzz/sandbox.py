@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
+
+from bench import peak_rss
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ADDRESS_SPACE = 2 << 30        # bytes: the Done-when limit of issue 8
@@ -70,24 +73,25 @@ def run_tool(tool: str, args: list, cwd: str, *, timeout: float = TIME_LIMIT, ad
     full_env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **(env or {})}
     start = time.monotonic()
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen([*command, *map(str, args)], cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT,
+        # Through bench/peak_rss.py's launcher, so max_rss_mb is the tool's own peak, not
+        # this (pytest) process's size lent to it by fork/exec; it leads its process group,
+        # so a timeout kills the tool too.
+        proc = subprocess.Popen(peak_rss.command([*command, *args]), cwd=cwd, env=full_env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True,
                                 preexec_fn=_limit(address_space) if address_space else None)
         timed_out = False
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
+        while proc.poll() is None:
             if time.monotonic() - start > timeout:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
                 timed_out = True
                 break
             time.sleep(0.01)
-        proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
-        text = out.read().decode("utf-8", "replace")
-    return Outcome(proc.returncode, text, time.monotonic() - start, timed_out, usage.ru_maxrss / 1024)
+        text, peak = peak_rss.split(out.read())
+    return Outcome(proc.returncode, text.decode("utf-8", "replace"), time.monotonic() - start, timed_out,
+                   (peak or 0) / (1 << 20))
 
 
 def leftovers(folder: str) -> list:
