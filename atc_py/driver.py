@@ -55,23 +55,32 @@ def _generate_om(options: AtcOptions, log, progress):
 
 def _write_om(out: Outputs, options: AtcOptions, partitions, ops: int, progress) -> None:
     """Stream the .om into `out` (the weights go from where they live to the file, never
-    copied), telling `progress` and dropping the mapped pages already written."""
-    from ge.files import release_mapped
+    copied), telling `progress` and dropping the pages of the mapped files it has written
+    from (only those: a model can have thousands of external data files)."""
+    from ge.files import map_of, release_mapped, release_maps
     from om_format.container import stream_om
 
     released = [0]
+    touched: dict = {}                      # id -> map written from since the last release
+
+    def wrote(chunk) -> None:
+        mapped = map_of(chunk)
+        if mapped is not None:
+            touched[id(mapped)] = mapped
 
     def written(done: int, total: int) -> None:
         progress.update(done, total)
         if done - released[0] >= _RELEASE_EVERY_BYTES:
-            release_mapped()
+            release_maps(touched.values())
+            touched.clear()
             released[0] = done
 
     out.make_folder(os.path.dirname(os.path.abspath(options.om_path)), "--output")
     progress.stage(f"Writing {options.om_path}")
     with out.open(options.om_path, "--output") as f:
         stream_om(f, partitions.as_dict(), name=os.path.basename(options.output), ops=ops,
-                  platform_version=options.soc_version, is_dynamic=partitions.dynamic, on_bytes=written)
+                  platform_version=options.soc_version, is_dynamic=partitions.dynamic, on_bytes=written,
+                  on_chunk=wrote)
     release_mapped()
     progress.close()
 

@@ -10,7 +10,8 @@ Medians over the rounds; the load average is printed next to every figure (the m
 shared).  Then the .om is opened without compiling: `atc --mode=6` and an `InferSession`
 (its constructor only) report their peak RSS, which stays far below the .om's size when the
 weights are not copied.  The start-up of the interpreter with the compiler imported is
-measured too: it is a fixed part of every compile.
+measured too: it is a fixed part of every compile (with the project's bytecode compiled
+first, as an installed package has it).
 
 The decoder is a transformers LlamaForCausalLM (TinyLlama-1.1B's config: hidden 2048, 22
 layers, 32 heads, 4 KV heads, MLP 5632, vocabulary 32000; 1.10 B parameters) with seeded
@@ -29,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -114,10 +116,17 @@ def _load() -> str:
     return "%.1f" % os.getloadavg()[0]
 
 
-def io_floor(files: list, dest: str) -> float:
-    """Seconds to read `files` once and write as many bytes once to `dest` (then removed)."""
+def _cpu_self() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def io_floor(files: list, dest: str) -> tuple:
+    """(seconds, CPU seconds) to read `files` once and write as many bytes once to `dest`
+    (then removed)."""
     buf = bytearray(CHUNK)
     view = memoryview(buf)
+    cpu = _cpu_self()
     start = time.perf_counter()
     with open(dest, "wb") as out:
         for path in files:
@@ -127,38 +136,63 @@ def io_floor(files: list, dest: str) -> float:
                     if not n:
                         break
                     out.write(view[:n])
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu_self() - cpu
     os.remove(dest)
-    return seconds
+    return seconds, cpu
+
+
+PACKAGES = ("atc_py", "ge", "fusion_passes", "codegen", "om_format", "simulator", "cli.py")
+
+
+def _child_env() -> dict:
+    """The tools run with bytecode as an installed package has it (pip compiles it at
+    install): PYTHONDONTWRITEBYTECODE, if this shell sets it, is not passed on, so the
+    sources are not compiled again on every start (0.7 s of CPU per run here)."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def compile_bytecode() -> None:
+    """Write the project's __pycache__ (git ignores it) before anything is timed."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *PACKAGES], cwd=ROOT, env=_child_env(), check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 def run_process(args: list, cwd: str) -> tuple:
-    """(seconds, peak RSS bytes, output) of a fresh process (its own peak: bench/peak_rss.py)."""
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    rc, seconds, peak, out = peak_rss.run(args, cwd=cwd, env=env)
+    """(seconds, peak RSS bytes, CPU seconds, output) of a fresh process (its own peak and
+    CPU time: bench/peak_rss.py)."""
+    rc, seconds, peak, cpu, out = peak_rss.run(args, cwd=cwd, env=_child_env())
     if rc != 0 or peak is None:
         raise SystemExit(f"{' '.join(map(str, args))} failed:\n{out.decode(errors='replace')[-3000:]}")
-    return seconds, peak, out.decode(errors="replace")
+    return seconds, peak, cpu, out.decode(errors="replace")
 
 
 def compile_once(path: str, out_stem: str) -> tuple:
-    seconds, rss, _ = run_process([sys.executable, os.path.join(ROOT, "cli.py"), f"--model={path}", "--framework=5",
+    seconds, rss, cpu, _ = run_process([sys.executable, os.path.join(ROOT, "cli.py"), f"--model={path}", "--framework=5",
                                    f"--output={out_stem}", f"--soc_version={SOC}"], os.path.dirname(out_stem))
-    return seconds, rss
+    return seconds, rss, cpu
 
 
-def startup() -> float:
-    """Seconds for a process that imports the compiler and exits: the fixed part of a compile."""
+def startup() -> tuple:
+    """(seconds, CPU seconds) of a process that imports the compiler and exits: the fixed
+    part of a compile."""
     code = "import cli, atc_py.api, atc_py.compiler, atc_py.driver, atc_py.report"
-    return run_process([sys.executable, "-c", code], ROOT)[0]
+    seconds, _, cpu, _ = run_process([sys.executable, "-c", code], ROOT)
+    return seconds, cpu
 
 
 def open_om_rss(om: str) -> dict:
     mode6 = run_process([sys.executable, os.path.join(ROOT, "cli.py"), "--mode=6", f"--om={om}"], ROOT)
+    as_json = om[:-len(".om")] + ".json"
+    mode1 = run_process([sys.executable, os.path.join(ROOT, "cli.py"), "--mode=1", f"--om={om}", f"--json={as_json}"],
+                        ROOT)
+    os.remove(as_json)
     code = ("import sys; from simulator.session import InferSession; s = InferSession(sys.argv[1]); "
             "print(len(s.get_inputs()))")
     session = run_process([sys.executable, "-c", code, om], ROOT)
-    return {"mode6_s": mode6[0], "mode6_rss": mode6[1], "session_s": session[0], "session_rss": session[1]}
+    return {"mode6_s": mode6[0], "mode6_rss": mode6[1], "mode1_s": mode1[0], "mode1_rss": mode1[1],
+            "session_s": session[0], "session_rss": session[1]}
 
 
 def _median(rows: list, key: str) -> float:
@@ -174,19 +208,23 @@ def bench(name: str, workdir: str, rounds: int, keep: bool) -> dict:
     io_floor(files, os.path.join(folder, "warm.tmp"))            # the same page-cache state for every round
     rows = []
     for i in range(rounds):
-        row = {"load_floor": _load(), "floor_s": io_floor(files, os.path.join(folder, "floor.tmp"))}
+        row = {"load_floor": _load()}
+        row["floor_s"], row["floor_cpu"] = io_floor(files, os.path.join(folder, "floor.tmp"))
         if os.path.exists(out_stem + ".om"):
             os.remove(out_stem + ".om")                            # no unlink of an old .om inside the timing
         row["load_compile"] = _load()
-        row["compile_s"], row["rss"] = compile_once(path, out_stem)
-        print(f"  {name} round {i + 1}: floor {row['floor_s']:.2f} s (load {row['load_floor']}), compile "
-              f"{row['compile_s']:.2f} s, peak RSS {row['rss'] / 1e6:.0f} MB (load {row['load_compile']})", flush=True)
+        row["compile_s"], row["rss"], row["compile_cpu"] = compile_once(path, out_stem)
+        print(f"  {name} round {i + 1}: floor {row['floor_s']:.2f} s, CPU {row['floor_cpu']:.2f} s (load "
+              f"{row['load_floor']}); compile {row['compile_s']:.2f} s, CPU {row['compile_cpu']:.2f} s, peak RSS "
+              f"{row['rss'] / 1e6:.0f} MB (load {row['load_compile']})", flush=True)
         rows.append(row)
     om_bytes = os.path.getsize(out_stem + ".om")
     opened = open_om_rss(out_stem + ".om")
     result = {"model": name, "weights": weights, "files": len(files), "om_bytes": om_bytes,
               "floor_s": _median(rows, "floor_s"), "compile_s": _median(rows, "compile_s"),
-              "rss": _median(rows, "rss"), "rounds": rows, "startup_s": startup(), **opened}
+              "rss": _median(rows, "rss"), "floor_cpu": _median(rows, "floor_cpu"),
+              "compile_cpu": _median(rows, "compile_cpu"), "rounds": rows, **opened}
+    result["startup_s"], result["startup_cpu"] = startup()
     if not keep:
         os.remove(out_stem + ".om")
     return result
@@ -194,17 +232,20 @@ def bench(name: str, workdir: str, rounds: int, keep: bool) -> dict:
 
 def report(results: list) -> str:
     lines = ["| model | weights | compile (median) | I/O floor (median) | compile / floor | peak RSS (median) | "
-             "RSS / weights | RSS <= 1.5x + 200 MB | start-up | load avg (compile runs) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "RSS / weights | RSS <= 1.5x + 200 MB | CPU: compile / floor | start-up (CPU) | load avg (compile runs) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         w = r["weights"]
         loads = ", ".join(x["load_compile"] for x in r["rounds"])
         lines.append(f"| {r['model']} | {w / 1e9:.2f} GB | {r['compile_s']:.2f} s | {r['floor_s']:.2f} s | "
                      f"{r['compile_s'] / r['floor_s']:.2f}x | {r['rss'] / 1e9:.2f} GB | {r['rss'] / w:.2f}x | "
-                     f"{'yes' if r['rss'] <= 1.5 * w + 200e6 else 'NO'} | {r['startup_s']:.2f} s | {loads} |")
-    lines += ["", "| model | .om size | atc --mode=6: time, peak RSS | InferSession(om): time, peak RSS |", "|---|---|---|---|"]
+                     f"{'yes' if r['rss'] <= 1.5 * w + 200e6 else 'NO'} | {r['compile_cpu']:.2f} s / "
+                     f"{r['floor_cpu']:.2f} s | {r['startup_s']:.2f} s ({r['startup_cpu']:.2f} s) | {loads} |")
+    lines += ["", "| model | .om size | atc --mode=6: time, peak RSS | atc --mode=1: time, peak RSS | "
+              "InferSession(om): time, peak RSS |", "|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['model']} | {r['om_bytes'] / 1e9:.2f} GB | {r['mode6_s']:.2f} s, {r['mode6_rss'] / 1e6:.0f} MB"
+                     f" | {r['mode1_s']:.2f} s, {r['mode1_rss'] / 1e6:.0f} MB"
                      f" | {r['session_s']:.2f} s, {r['session_rss'] / 1e6:.0f} MB |")
     return "\n".join(lines)
 
@@ -220,6 +261,7 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "atc_py_bench_memory"))
     parser.add_argument("--keep", action="store_true", help="keep the .om files (the models are always kept)")
     args = parser.parse_args(argv)
+    compile_bytecode()
     results = []
     for name in args.models.split(","):
         print(f"{name}:", flush=True)

@@ -19,7 +19,8 @@ import sys
 import time
 from typing import Optional
 
-# Forks, execs argv[1:], waits; prints the child's ru_maxrss (KiB) on a line of its own and
+# Forks, execs argv[1:], waits; prints the child's ru_maxrss (KiB) and CPU time (user + system,
+# microseconds) on a line of its own and
 # ends as the child did (its exit code, or killed by the same signal).
 _LAUNCHER = """\
 import os, signal, sys
@@ -31,13 +32,13 @@ if pid == 0:
         os._exit(127)
 _, status, usage = os.wait4(pid, 0)
 sys.stdout.flush()
-os.write(1, b"\\n@@peak_rss_kib=%d\\n" % usage.ru_maxrss)
+os.write(1, b"\\n@@peak_rss_kib=%d cpu_us=%d\\n" % (usage.ru_maxrss, (usage.ru_utime + usage.ru_stime) * 1e6))
 if os.WIFSIGNALED(status):
     signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
     os.kill(os.getpid(), os.WTERMSIG(status))
 os._exit(os.waitstatus_to_exitcode(status))
 """
-_MARK = re.compile(rb"\n@@peak_rss_kib=(\d+)\n\Z")
+_MARK = re.compile(rb"\n@@peak_rss_kib=(\d+) cpu_us=(\d+)\n\Z")
 
 
 def command(args: list) -> list:
@@ -46,17 +47,18 @@ def command(args: list) -> list:
 
 
 def split(output: bytes) -> tuple:
-    """(the command's own output, its peak RSS in bytes or None when the launcher was killed
-    before it could report)."""
+    """(the command's own output, its peak RSS in bytes, its CPU seconds); both None when the
+    launcher was killed before it could report."""
     found = _MARK.search(output)
     if found is None:
-        return output, None
-    return output[:found.start()], int(found.group(1)) * 1024
+        return output, None, None
+    return output[:found.start()], int(found.group(1)) * 1024, int(found.group(2)) / 1e6
 
 
 def run(args: list, cwd: Optional[str] = None, env: Optional[dict] = None, timeout: Optional[float] = None,
         **popen) -> tuple:
-    """(exit code, seconds, peak RSS bytes or None, output bytes with stderr merged).  The
+    """(exit code, seconds, peak RSS bytes or None, CPU seconds or None, output bytes with
+    stderr merged).  The
     launcher leads its own process group, so a timeout kills the command too."""
     start = time.perf_counter()
     proc = subprocess.Popen(command(args), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -67,5 +69,5 @@ def run(args: list, cwd: Optional[str] = None, env: Optional[dict] = None, timeo
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
     seconds = time.perf_counter() - start
-    out, peak = split(out)
-    return proc.returncode, seconds, peak, out
+    out, peak, cpu = split(out)
+    return proc.returncode, seconds, peak, cpu, out

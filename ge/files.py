@@ -146,6 +146,24 @@ def _release(mapped: mmap.mmap, start: int = 0, length: Optional[int] = None) ->
                 mapped.madvise(mmap.MADV_DONTNEED, start, length)
 
 
+def map_of(buffer) -> Optional[mmap.mmap]:
+    """The memory map at the bottom of `buffer`'s chain of views (memoryview.obj, ndarray.base),
+    or None when it is not mapped memory."""
+    for _ in range(64):                   # a chain of views is short; never loop forever
+        if isinstance(buffer, mmap.mmap):
+            return buffer
+        buffer = buffer.obj if isinstance(buffer, memoryview) else getattr(buffer, "base", None)
+        if buffer is None:
+            return None
+    return None
+
+
+def release_maps(maps) -> None:
+    """Drop the touched pages of these maps (see `map_of`)."""
+    for mapped in maps:
+        _release(mapped)
+
+
 def release_mapped() -> None:
     """Drop the touched pages of every file this process still has mapped (see
     MappedFile.release): called between stages and while an .om is streamed out."""

@@ -151,8 +151,9 @@ class _HashingWriter:
 
     _OVERLAP = 1 << 20
 
-    def __init__(self, f: BinaryIO, total: int, on_bytes: Optional[Callable[[int, int], None]] = None):
-        self.f, self.total, self.on_bytes = f, total, on_bytes
+    def __init__(self, f: BinaryIO, total: int, on_bytes: Optional[Callable[[int, int], None]] = None,
+                 on_chunk: Optional[Callable[[memoryview], None]] = None):
+        self.f, self.total, self.on_bytes, self.on_chunk = f, total, on_bytes, on_chunk
         self.sha = hashlib.sha256()
         self.written = 0
         self._pool = None
@@ -170,6 +171,8 @@ class _HashingWriter:
             self.sha.update(chunk)
             self.f.write(chunk)
         self.written += len(chunk)
+        if self.on_chunk is not None:
+            self.on_chunk(chunk)
         if self.on_bytes is not None:
             self.on_bytes(self.written, self.total)
 
@@ -181,7 +184,8 @@ class _HashingWriter:
 def stream_om(f: BinaryIO, partitions: dict, *, name: str, ops: int, platform_version: str,
               platform_type: int = 0, is_dynamic: bool = False, om_ir_version: int = 0,
               modeltype: int = 0, userdefineinfo: bytes = b"",
-              on_bytes: Optional[Callable[[int, int], None]] = None) -> int:
+              on_bytes: Optional[Callable[[int, int], None]] = None,
+              on_chunk: Optional[Callable[[memoryview], None]] = None) -> int:
     """Write an .om to the seekable binary file `f` (from its current position) without
     holding it in memory; returns the bytes written.
 
@@ -189,7 +193,8 @@ def stream_om(f: BinaryIO, partitions: dict, *, name: str, ops: int, platform_ve
     `nbytes` and `chunks()` (a WeightsBuilder: its arrays are written straight from where
     they live).  The header's checksum covers everything after it, so it is computed while
     the payload is written and the header is written last.  `on_bytes(done, total)` is
-    told the payload bytes written so far after each chunk.  Deterministic: same input, same bytes."""
+    told the payload bytes written so far after each chunk, `on_chunk(chunk)` each chunk
+    once it is written (so a caller can drop the mapped pages it came from).  Deterministic: same input, same bytes."""
     parts = _checked_parts(partitions)
     order = sorted(parts)
     if len(userdefineinfo) > 32:
@@ -205,7 +210,7 @@ def stream_om(f: BinaryIO, partitions: dict, *, name: str, ops: int, platform_ve
 
     start = f.tell()
     f.write(bytes(HEADER_SIZE))
-    out = _HashingWriter(f, payload_length, on_bytes)
+    out = _HashingWriter(f, payload_length, on_bytes, on_chunk)
     try:
         out.write(table)
         for ptype in order:

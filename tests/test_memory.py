@@ -224,6 +224,34 @@ def test_compile_holds_the_weights_at_most_once(tmp_path):
     assert (runs["big"] - runs["small"]) * (1 << 20) < 1.0 * weight_bytes, runs
 
 
+def test_map_of_finds_the_map_under_views_of_a_mapped_file(tmp_path):
+    """The .om writer drops the pages of the maps it wrote from: each chunk is traced back
+    to its map through memoryview slices and numpy views; other memory has no map."""
+    from ge.files import map_input, map_of
+    path = tmp_path / "w.bin"
+    path.write_bytes(np.arange(4096, dtype=np.float32).tobytes())
+    mapped = map_input(str(path), "--model")
+    array = np.frombuffer(mapped.view(64, 1024), np.float32).reshape(16, 16)
+    chunk = weights.byte_view(array)[128:512]
+    assert map_of(chunk) is map_of(mapped.view(0, 8)) is not None
+    assert map_of(weights.byte_view(np.ones(4, np.float32))) is None and map_of(memoryview(b"abc")) is None
+
+
+def test_a_measured_tool_does_not_inherit_the_measuring_process_s_memory():
+    """A process that once held 256 MB starts a tiny one: its peak is its own, not 256 MB
+    (a plain fork/exec would report this process's peak), and a child that does allocate
+    256 MB is measured at that."""
+    import sys
+    from bench import peak_rss
+    held = bytearray(256 << 20)
+    held[::4096] = b"x" * len(held[::4096])      # touched: resident
+    del held
+    rc, _, tiny, cpu, out = peak_rss.run([sys.executable, "-S", "-c", "print('ok')"])
+    assert rc == 0 and out == b"ok\n" and cpu is not None and tiny < 64 << 20, tiny
+    rc, _, big, _, _ = peak_rss.run([sys.executable, "-S", "-c", "b = bytearray(256 << 20); b[::4096] = b'x' * 65536"])
+    assert rc == 0 and big > 256 << 20, big
+
+
 # --------------------------------------------------------------------------- progress
 
 class _Terminal(io.StringIO):

@@ -89,7 +89,7 @@ def run_tool(tool: str, args: list, cwd: str, *, timeout: float = TIME_LIMIT, ad
                 break
             time.sleep(0.01)
         out.seek(0)
-        text, peak = peak_rss.split(out.read())
+        text, peak, _ = peak_rss.split(out.read())
     return Outcome(proc.returncode, text.decode("utf-8", "replace"), time.monotonic() - start, timed_out,
                    (peak or 0) / (1 << 20))
 
