@@ -81,3 +81,4 @@ KERNELS = {
 for _op_type, (_work, _om_type) in KERNELS.items():
     register(_op_type, _work, _om_type)
 register("Identity", no_work, no_task=True)
+register("Dropout", per_element(move=1), "Dropout")   # its mask is read: a copy and a fill

@@ -17,6 +17,12 @@ def _nonzero_work(inputs, outputs, attrs):
     return Work().add_vector("alu", inputs[0].size)
 
 
+def _unique_work(inputs, outputs, attrs):
+    """A sort of the input, then one pass to mark and count the runs."""
+    n = max(inputs[0].size, 1)
+    return Work().add_vector("alu", n * (max(1, math.ceil(math.log2(max(n, 2)))) + 2))
+
+
 def _topk_work(inputs, outputs, attrs):
     n = inputs[0].shape[normalize_axis(int(attrs.get("axis", -1)), len(inputs[0].shape))]
     return Work().add_vector("alu", inputs[0].size * max(1, math.ceil(math.log2(max(n, 2)))))
@@ -56,6 +62,7 @@ KERNELS = {
     "ConstantOfShape": (per_element(move=1), "Fill"),
     "Range":           (per_element(alu=1), "Range"),
     "NonZero":         (_nonzero_work, ""),
+    "Unique":          (_unique_work, ""),
     "DepthToSpace":    (per_element(move=1), "DepthToSpace"),
     "SpaceToDepth":    (per_element(move=1), "SpaceToDepth"),
     "Trilu":           (per_element(alu=1), ""),

@@ -281,6 +281,41 @@ register(OpDef(op_type="Identity", kind=OpKind.ELEMWISE, compute=lambda i, a: [i
                infer=same_as_input))
 
 
+def dropout_training(attrs) -> bool:
+    """Whether a Dropout drops anything: training_mode true with a ratio above 0 (the
+    default ratio is 0.5).  Inference (the default) passes the input through."""
+    training = attrs.get("training_mode")
+    if training is None or not bool(np.asarray(training).reshape(-1)[0]):
+        return False
+    ratio = attrs.get("ratio")
+    return ratio is None or float(np.asarray(ratio).reshape(-1)[0]) > 0
+
+
+def _dropout_check(attrs) -> None:
+    if dropout_training(attrs):
+        raise InvalidNode("Dropout in training mode with a ratio above 0 draws random numbers: the result "
+                          "cannot match any other runtime.", "Export the model for inference (training_mode=False).")
+
+
+def _dropout_compute(inputs, attrs):
+    """y = x and the optional mask all true (inference, or training with ratio 0)."""
+    _dropout_check(attrs)
+    x = inputs[0]
+    return [np.array(x, copy=True), np.ones(x.shape, dtype=np.bool_)]
+
+
+def _dropout_infer(inputs, attrs):
+    _dropout_check(attrs)
+    x = inputs[0]
+    return [TensorType(x.dtype, tuple(x.shape)), TensorType(np.dtype(np.bool_), tuple(x.shape))]
+
+
+# Dropout with an unused mask is removed by ge.passes.eliminate_identity; one whose mask is
+# read stays a kernel that writes both.
+register(OpDef(op_type="Dropout", kind=OpKind.OPAQUE, compute=_dropout_compute, infer=_dropout_infer,
+               config_inputs=((1, "ratio"), (2, "training_mode")), foldable=False))
+
+
 def _clip_compute(inputs, attrs):
     x = inputs[0]
     lo, hi = attrs.get("min"), attrs.get("max")

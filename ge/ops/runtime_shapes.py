@@ -33,7 +33,7 @@ SHAPE_INPUTS = {
                           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")},
 }
 # ops whose output shape is a function of input values (not config inputs of the op table)
-VALUE_DEPENDENT = ("ConstantOfShape", "Range", "NonZero")
+VALUE_DEPENDENT = ("ConstantOfShape", "Range", "NonZero", "Unique")
 
 Fresh = Callable[[int, Optional[int]], Dim]     # fresh(lo, hi) -> a new "data" symbol
 
@@ -225,8 +225,23 @@ def _nonzero(types, attrs, runtime, n, known, fresh):
     return [_tt(np.int64, (max(len(x.shape), 1), fresh(0, _numel_hi(x.shape))))]
 
 
+def _unique(types, attrs, runtime, n, known, fresh):
+    """How many unique values (or slices) there are is known only at run time."""
+    x = types[0]
+    numel_hi = _numel_hi(x.shape)
+    if attrs.get("axis") is None:
+        count = fresh(1 if all(bounds(d)[0] >= 1 for d in x.shape) else 0, numel_hi)
+        y, inverse = (count,), (math.prod(x.shape),)
+    else:
+        axis = normalize_axis(int(attrs["axis"]), len(x.shape))
+        count = fresh(0, _hi(x.shape[axis]))
+        y, inverse = tuple(count if i == axis else d for i, d in enumerate(x.shape)), (x.shape[axis],)
+    return [_tt(x.dtype, y), _tt(np.int64, (count,)), _tt(np.int64, inverse), _tt(np.int64, (count,))][:max(n, 1)]
+
+
 _RULES = {
     "Reshape": _reshape, "Expand": _expand, "Slice": _slice, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze,
     "Split": _split, "Tile": _tile, "Pad": _same_rank_fresh, "Resize": _resize, "TopK": _topk, "OneHot": _onehot,
     "ConstantOfShape": _constant_of_shape, "Range": _range, "NonZero": _nonzero,
+    "Unique": _unique,
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import string
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -502,6 +502,37 @@ def nonzero_compute(inputs, attrs):
 
 
 _reg("NonZero", OpKind.OPAQUE, nonzero_compute, _value_dependent("NonZero"), infer_values=nonzero_infer_values)
+
+
+def _unique_axis(x: np.ndarray, attrs) -> Optional[int]:
+    axis = attrs.get("axis")
+    return None if axis is None else normalize_axis(int(axis), x.ndim)
+
+
+def unique_compute(inputs, attrs):
+    """ONNX Unique: the unique values (or slices along `axis`), sorted or in order of first
+    occurrence, with the first index of each, the inverse indices and the counts."""
+    x = np.asarray(inputs[0])
+    axis = _unique_axis(x, attrs)
+    flat = x.reshape(-1) if axis is None else x
+    _, first, inverse, counts = np.unique(flat, return_index=True, return_inverse=True, return_counts=True,
+                                          axis=axis)
+    inverse = inverse.reshape(-1)
+    order = np.arange(len(first))
+    if not int(attrs.get("sorted", 1)):                  # by first occurrence
+        order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    first = first[order]
+    y = np.take(flat, first, axis=0 if axis is None else axis)
+    return [y, first.astype(np.int64), rank[inverse].astype(np.int64), counts[order].astype(np.int64)]
+
+
+def unique_infer_values(inputs, attrs):
+    return [TensorType(a.dtype, a.shape) for a in unique_compute(inputs, attrs)]
+
+
+_reg("Unique", OpKind.OPAQUE, unique_compute, _value_dependent("Unique"), infer_values=unique_infer_values)
 
 
 # -- DepthToSpace, SpaceToDepth, Trilu, CumSum -------------------------------------------------

@@ -5,19 +5,30 @@ from __future__ import annotations
 import numpy as np
 
 from ge.ir import Graph, Node
+from ge.ops.elementwise import dropout_training
 from ge.passes.contract import GraphPass, PassResult
 
 
 def _passthrough(node: Node) -> bool:
     if node.op_type == "Identity":
         return True
-    if node.op_type == "Dropout":
-        return all(not v.uses and not v.is_graph_output for v in node.outputs[1:])
+    if node.op_type == "Dropout":      # inference only: training mode (ratio > 0) is refused
+        return all(not v.uses and not v.is_graph_output for v in node.outputs[1:]) \
+            and all(v is None or v.is_const for v in node.inputs[1:]) and not dropout_training(_config(node))
     if node.op_type == "Cast":
         src = node.inputs[0].desc.dtype
         return src is not None and "to" in node.attrs and node.outputs[0].desc.dtype is not None \
             and np.dtype(src) == np.dtype(node.outputs[0].desc.dtype)
     return False
+
+
+def _config(node: Node) -> dict:
+    """Dropout's ratio and training_mode, from its attributes or constant inputs."""
+    config = dict(node.attrs)
+    for index, name in ((1, "ratio"), (2, "training_mode")):
+        if index < len(node.inputs) and node.inputs[index] is not None:
+            config[name] = node.inputs[index].const
+    return config
 
 
 def eliminate_identities(graph: Graph) -> int:
