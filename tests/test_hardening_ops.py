@@ -52,7 +52,7 @@ def test_f6_unknown_pad_mode(tmp_path, capsys, mode):
     _refused(tmp_path, capsys, _model(tmp_path, node, [1, 4], [_i64("pads", [0, 1, 0, 1])]), "[pad]", mode)
 
 
-@pytest.mark.parametrize("attr,value", [("mode", "cubic"), ("mode", "bilinear"),
+@pytest.mark.parametrize("attr,value", [("antialias", 1), ("mode", "bilinear"),   # antialias: nearest mode
                                         ("coordinate_transformation_mode", "bogus"), ("nearest_mode", "nope")])
 def test_f6_unknown_resize_modes(tmp_path, capsys, attr, value):
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", **{attr: value})

@@ -334,8 +334,41 @@ def test_resize(ctm, mode, nearest, scales, sizes):
 def test_resize_axes_and_unsupported():
     check("Resize", [rand(1, 2, 4, 5)], {"mode": "linear", "axes": [2, 3]},
           {2: np.array([2.0, 0.5], np.float32)}, opset=19, rtol=1e-5, atol=1e-5)
-    with pytest.raises(AtcError):
-        get_op("Resize").compute([rand(1, 1, 2, 2)], {"mode": "cubic", "scales": [1, 1, 2, 2]})
+    for attrs in ({"mode": "nearest", "antialias": 1}, {"mode": "nearest", "coordinate_transformation_mode":
+                                                         "tf_crop_and_resize", "roi": [0, 0, 0, 0, 1, 1, 1, 1]},
+                  {"mode": "bicubic"}):
+        with pytest.raises(AtcError):
+            get_op("Resize").compute([rand(1, 1, 2, 2)], {**attrs, "scales": [1, 1, 2, 2]})
+
+
+@pytest.mark.parametrize("ctm", ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"])
+@pytest.mark.parametrize("extra", [{}, {"cubic_coeff_a": -0.5, "exclude_outside": 1}, {"antialias": 1},
+                                   {"antialias": 1, "exclude_outside": 1}])
+@pytest.mark.parametrize("scales,sizes", [((1, 1, 2, 1.5), None), ((1, 1, 0.6, 0.5), None),
+                                          (None, (1, 2, 7, 3))])
+def test_resize_cubic_and_antialias(ctm, extra, scales, sizes):
+    if ctm == "align_corners" and scales == (1, 1, 0.6, 0.5):
+        pytest.skip("output length 1.2 rounds to 1: ONNX's reference takes the unrounded one")
+    config = {2: np.array(scales, np.float32)} if scales else {3: i64(*sizes)}
+    for mode in ("cubic", "linear") if extra.get("antialias") else ("cubic",):
+        check("Resize", [rand(1, 2, 6, 5)], {"mode": mode, "coordinate_transformation_mode": ctm, **extra},
+              config, opset=19, rtol=1e-4, atol=1e-5, fp16=False)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("roi,sizes,axes", [
+    ((0, 0, 0.4, 0.6, 1, 1, 0.6, 0.8), (1, 2, 3, 3), None),
+    ((0.3, 0.2, 0.9, 0.7), (4, 3), [2, 3]),   # (onnxruntime 1.32 ignores the roi of an axis whose size
+                                              # stays: 6x5 -> 4x5; ONNX's reference and we crop it)
+    ((0.1, 0.8), (1,), [3]),                # (ONNX's case test_resize_tf_crop_and_resize_extrapolation_value
+                                            # covers a roi beyond the input)
+])
+def test_resize_tf_crop_and_resize(mode, roi, sizes, axes):
+    attrs = {"mode": mode, "coordinate_transformation_mode": "tf_crop_and_resize", "extrapolation_value": 9.0}
+    if axes:
+        attrs["axes"] = axes
+    check("Resize", [rand(1, 2, 6, 5)], attrs, {1: np.array(roi, np.float32), 3: i64(*sizes)}, opset=19,
+          rtol=1e-4, atol=1e-5, fp16=False)
 
 
 @pytest.mark.parametrize("op_type,shape,attrs", [

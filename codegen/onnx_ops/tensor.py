@@ -40,10 +40,15 @@ def _einsum_work(inputs, outputs, attrs):
 def _resize_work(inputs, outputs, attrs):
     if attr_str(attrs, "mode", "nearest") == "nearest":
         return Work().add_vector("move", outputs[0].size)
-    out = resize_plan(inputs[0].shape, attrs).shape
-    axes = sum(1 for a, b in zip(inputs[0].shape, out) if a != b)
-    return Work().add_vector("move", outputs[0].size * 2 ** axes).add_vector(
-        "alu", outputs[0].size * 3 * max(axes, 1))
+    out, scales = resize_plan(inputs[0].shape, attrs)
+    resized = [i for i, (a, b) in enumerate(zip(inputs[0].shape, out)) if a != b]
+    cubic = attr_str(attrs, "mode", "nearest") == "cubic"
+    taps = 1
+    for i in resized:     # 2 taps (linear) or 4 (cubic) per axis, widened by 1/scale when antialiasing
+        widen = 1 / min(scales[i], 1.0) if int(attrs.get("antialias", 0)) else 1
+        taps *= math.ceil((4 if cubic else 2) * widen)
+    return Work().add_vector("move", outputs[0].size * taps).add_vector(
+        "alu", outputs[0].size * (3 if not cubic else 8) * max(len(resized), 1))
 
 
 # op type: (work rule, .om type; "" = the op type)

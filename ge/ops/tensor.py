@@ -725,22 +725,25 @@ _reg("Einsum", OpKind.OUT_EWISE_FUSABLE, einsum_compute, einsum_infer)
 # -- Resize -------------------------------------------------------------------------------------
 
 
-RESIZE_MODES = {"mode": ("nearest", "linear"),
+RESIZE_MODES = {"mode": ("nearest", "linear", "cubic"),
                 "coordinate_transformation_mode": ("half_pixel", "pytorch_half_pixel", "asymmetric",
-                                                   "align_corners", "half_pixel_symmetric"),
+                                                   "align_corners", "half_pixel_symmetric", "tf_crop_and_resize"),
                 "nearest_mode": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"),
                 "keep_aspect_ratio_policy": ("stretch", "not_larger", "not_smaller")}
 
 
 def _check_resize_modes(attrs) -> None:
-    """The string attributes name modes this Resize implements (a typo or cubic is refused at
-    compile time, not found by the simulator)."""
+    """The string attributes name modes this Resize implements (a typo is refused at compile
+    time, not found by the simulator)."""
     for name, allowed in RESIZE_MODES.items():
         if name in attrs and attr_str(attrs, name, "") not in allowed:
             raise _err("Resize", f"{name} [{attr_str(attrs, name, '')}] is not supported",
                        f"Use {', '.join(allowed)}.")
-    if int(attrs.get("antialias", 0)):
-        raise _err("Resize", "antialias=1 is not supported", "Export without antialiasing.")
+    if int(attrs.get("antialias", 0)) and attr_str(attrs, "mode", "nearest") == "nearest":
+        raise _err("Resize", "antialias=1 applies to linear and cubic modes only", "Export without antialiasing.")
+    if attr_str(attrs, "coordinate_transformation_mode", "") == "tf_crop_and_resize" \
+            and attr_str(attrs, "mode", "nearest") == "nearest":
+        raise _err("Resize", "tf_crop_and_resize is supported in linear and cubic modes", "Use mode linear.")
 
 
 class ResizePlan(NamedTuple):
@@ -830,24 +833,92 @@ def attr_str(attrs, name, default):
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _tf_crop_coords(out_len, in_len, scale, start, end, by_sizes):
+    """tf_crop_and_resize: output x samples roi [start, end] of the input (in units of the
+    input's length - 1); returns the coordinates and where they fall outside the input."""
+    out_len_f = float(out_len) if by_sizes else float(scale) * in_len   # ONNX's reference: unrounded
+    x = np.arange(out_len, dtype=np.float64)
+    if out_len_f == 1:
+        coords = np.full(out_len, (end - start) * (in_len - 1) / 2)
+    else:
+        coords = x * (end - start) * (in_len - 1) / (out_len_f - 1)
+    coords = coords + start * (in_len - 1)
+    return coords, (coords < 0) | (coords > in_len - 1)
+
+
+def _filter_weights(coords, n_in, scale, mode, attrs):
+    """Taps and weights of cubic or antialiased interpolation along one axis, as ONNX's
+    reference computes them: for a source coordinate x, base = floor(x) (x - 1 when x is
+    whole), ratio = x - base, and tap base + i weighs kernel(scale' * (i - ratio)), where the
+    kernel is widened by 1/scale' = 1/min(scale, 1) when antialiasing a downsample.  Taps
+    beyond the input read its edge, or (exclude_outside) weigh 0 and the rest renormalize."""
+    a = float(attrs.get("cubic_coeff_a", -0.75))
+    antialias = bool(int(attrs.get("antialias", 0)))
+    s = min(float(scale), 1.0) if antialias else 1.0
+    coords = np.asarray(coords, np.float64)
+    base = np.floor(coords)
+    base = np.where(base == coords, coords - 1, base)
+    ratio = coords - base
+    if mode == "cubic":
+        start = int(np.floor(-2 / s) + 1)
+        offsets = np.arange(start, 2 - start)
+        d = np.abs(s * (offsets[None, :] - ratio[:, None]))
+        w = np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                     np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0))
+    else:                                               # linear (a triangle of half-width 1/s)
+        start = int(np.floor(-1 / s) + 1)
+        offsets = np.arange(start, 2 - start)
+        w = np.clip(1 - np.abs(s * (offsets[None, :] - ratio[:, None])), 0, 1)
+    if antialias or mode != "cubic":
+        w = w / w.sum(axis=1, keepdims=True)
+    taps = base[:, None].astype(np.int64) + offsets[None, :]
+    if int(attrs.get("exclude_outside", 0)):
+        w = np.where((taps < 0) | (taps >= n_in), 0.0, w)
+        w = w / w.sum(axis=1, keepdims=True)
+    return np.clip(taps, 0, n_in - 1), w
+
+
+def _roi(attrs, rank):
+    """Per-axis (start, end) of tf_crop_and_resize's roi (given for every axis or for `axes`)."""
+    roi = [float(v) for v in np.asarray(attrs.get("roi") if attrs.get("roi") is not None else [],
+                                        np.float64).reshape(-1)]
+    axes = _int_list(attrs.get("axes"))
+    axes = list(range(rank)) if not axes else [normalize_axis(a, rank) for a in axes]
+    if len(roi) != 2 * len(axes):
+        raise _err("Resize", f"roi has {len(roi)} values, tf_crop_and_resize needs {2 * len(axes)} "
+                   f"(a start and an end for each of axes {axes})", "Give the roi input.")
+    out = {a: (0.0, 1.0) for a in range(rank)}
+    out.update({a: (roi[i], roi[i + len(axes)]) for i, a in enumerate(axes)})
+    return out
+
+
 def resize_compute(inputs, attrs):
     x = inputs[0]
     mode = attr_str(attrs, "mode", "nearest")
     ctm = attr_str(attrs, "coordinate_transformation_mode", "half_pixel")
-    if mode not in ("nearest", "linear") or int(attrs.get("antialias", 0)) or ctm == "tf_crop_and_resize":
-        raise _err("Resize", f"mode={mode}, antialias={attrs.get('antialias', 0)}, "
-                   f"coordinate_transformation_mode={ctm} is not supported",
-                   "Use mode nearest or linear without antialias.")
     out, scale = resize_plan(x.shape, attrs)
     rule = attr_str(attrs, "nearest_mode", "round_prefer_floor")
+    filtered = mode == "cubic" or int(attrs.get("antialias", 0)) or ctm == "tf_crop_and_resize"
     y = x if mode == "nearest" else x.astype(np.float32 if x.dtype == np.float16 else x.dtype)
+    roi = _roi(attrs, x.ndim) if ctm == "tf_crop_and_resize" else None
+    outside = []                                          # (axis, mask) of tf_crop_and_resize
     for axis, (n_in, n_out) in enumerate(zip(x.shape, out)):
-        if n_in == n_out and scale[axis] == 1.0:
+        if n_in == n_out and scale[axis] == 1.0 and (roi is None or roi[axis] == (0.0, 1.0)):
             continue
-        coords = _source_coords(n_out, n_in, scale[axis], ctm)
+        if roi is not None:
+            coords, off = _tf_crop_coords(n_out, n_in, scale[axis], *roi[axis], attrs.get("sizes") is not None)
+            outside.append((axis, off))
+        else:
+            coords = _source_coords(n_out, n_in, scale[axis], ctm)
         if mode == "nearest":
             idx = np.clip(_nearest(coords, rule), 0, n_in - 1).astype(np.int64)
             y = np.take(y, idx, axis=axis)
+            continue
+        if filtered:                                      # cubic, antialiased or cropped: tap weights
+            taps, weights = _filter_weights(coords, n_in, scale[axis], mode, attrs)
+            shape = (-1,) + (1,) * (x.ndim - axis - 1)
+            y = sum(np.take(y, taps[:, k], axis=axis) * weights[:, k].astype(y.dtype).reshape(shape)
+                    for k in range(taps.shape[1]))
             continue
         coords = np.clip(coords, 0, n_in - 1)           # separable multilinear, edge-clamped
         i0 = np.floor(coords).astype(np.int64)
@@ -855,6 +926,10 @@ def resize_compute(inputs, attrs):
         w = (coords - i0).astype(y.dtype).reshape((-1,) + (1,) * (x.ndim - axis - 1))
         a, b = np.take(y, i0, axis=axis), np.take(y, i1, axis=axis)
         y = a + (b - a) * w
+    for axis, off in outside:                             # TF's CropAndResize: outside the input
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        y = np.where(off.reshape(shape), np.asarray(attrs.get("extrapolation_value", 0.0)).astype(y.dtype), y)
     return [np.ascontiguousarray(y).astype(x.dtype, copy=False)]
 
 
