@@ -289,3 +289,39 @@ def test_a_damaged_gear_model_is_e10003(work, capsys, name):
     from test_atc_flags import run_sim
     rc, text = run_sim(capsys, "--model", bad)
     assert rc == 1 and "E10003" in text
+
+
+def test_gears_of_a_real_bert_export_each_fuse_attention_and_match_onnxruntime(tmp_path):
+    """transformers' BERT exported by torch.onnx with dynamic batch and sequence axes, given
+    --dynamic_dims gears as the model-zoo scripts do: each gear fuses both attention blocks
+    and matches onnxruntime on its own shape, priced at its own size."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import onnx
+    import exporters
+    from codegen.fused.attention import OP_TYPE
+    path = exporters.export_dynamic("bert", "torchscript", str(tmp_path / "bert.onnx"))
+    model = onnx.load(path)
+    names = [i.name for i in model.graph.input]
+    gears = [(1, 8), (2, 16), (3, 5)]
+    atc_py.compile(path, output=str(tmp_path / "b"), soc_version="Ascend910", input_format="ND",
+                   input_shape=";".join(f"{n}:-1,-1" for n in names), precision_mode="force_fp32",
+                   dynamic_dims=[[v for _ in names for v in gear] for gear in gears])
+    session = InferSession(tmp_path / "b.om")
+    assert [g["index"] for g in session.get_dynamic_gears()] == [0, 1, 2]
+    times = []
+    for index, (batch, length) in enumerate(gears):
+        rng = np.random.default_rng(index)
+        feeds = {n: (np.ones((batch, length), np.int64) if "mask" in n else
+                     np.zeros((batch, length), np.int64) if "token_type" in n else
+                     rng.integers(0, 100, (batch, length)).astype(np.int64)) for n in names}
+        feeds[next(n for n in names if "mask" in n)][0, length // 2:] = 0       # padding in the first sequence
+        got = session.infer(feeds)
+        assert session.model.gear == index
+        kernels = [n.op_type for n in session.model.graph.nodes]
+        assert kernels.count(OP_TYPE) == 2 and "Softmax" not in kernels
+        ref = list(run_ort(model, feeds).values())
+        assert got[0].shape == ref[0].shape == (batch, length, 64)
+        np.testing.assert_allclose(got[0], ref[0], rtol=1e-4, atol=1e-5)
+        times.append(session.last_result.npu_time_ms["mean"])
+    assert len(set(times)) == 3 and min(times) > 0          # each gear priced at its own shape
