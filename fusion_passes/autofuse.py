@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from codegen.fused.autofused import OP_TYPE, encode_subgraph
+from codegen.fused.autofused import OP_TYPE, decode_subgraph, encode_subgraph
 from fusion_passes import autofuse_grouping as grouping
 from fusion_passes import reasons
 from fusion_passes.base import MISS_NODES_CAP, FusionPass, FusionResult, Match, Miss, fuse
@@ -191,6 +191,10 @@ class AutoFusePass(FusionPass):
             return Miss(reasons.UNKNOWN, self.pass_name, members[-1].name,
                         [(n.name, n.op_type) for n in members][:MISS_NODES_CAP],
                         f"the group's attributes cannot be stored in the kernel: {exc}", {})
+        if not decode_subgraph(subgraph).bindable():
+            return Miss(reasons.DYNAMIC_DIM, self.pass_name, members[-1].name,
+                        [(n.name, n.op_type) for n in members][:MISS_NODES_CAP],
+                        "the group's dynamic dims cannot all be told from its inputs' shapes when it runs", {})
         name, digest = kernel_name(members, subgraph)
         anchor = next((n.op_type for n in members if grouping.role(n) == grouping.TAIL), "")
         return GroupMatch(members, OP_TYPE, outputs, inputs, subgraph, name, digest, anchor)

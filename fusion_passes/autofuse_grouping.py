@@ -38,7 +38,7 @@ from ge.errors import InvalidNode
 from ge.ir import Graph, Node
 from ge.ops.common import broadcast_shape
 from ge.ops.registry import OpKind
-from ge.symbolic import Dim, SymbolicDimError
+from ge.symbolic import Dim, SymbolicDimError, provably
 
 POINTWISE, REDUCE, VIEW, TAIL = "pointwise", "reduce", "view", "tail"
 CATEGORIES = (POINTWISE, REDUCE, VIEW, TAIL)
@@ -104,7 +104,16 @@ class Group:
             return tuple(self.anchor.outputs[0].desc.shape)
         if self.reduce is not None:
             return tuple(self.reduce.inputs[0].desc.shape)
-        return max((tuple(n.outputs[0].desc.shape) for n in self.members), key=_size)
+        shapes = [tuple(n.outputs[0].desc.shape) for n in self.members]
+        if not any(isinstance(d, Dim) for shape in shapes for d in shape):
+            return max(shapes, key=_size)
+        # Symbolic: a shape no other outgrows at any size (>=, as element counts that may be 0
+        # tie: 32*B*S > B*S is undecided at B*S = 0, where any choice is the same kernel).
+        for shape in shapes:
+            if all(provably(_size(shape), ">=", _size(other)) for other in shapes):
+                return shape
+        raise SymbolicDimError("no member's output is provably the largest: "
+                               + ", ".join(str(_size(shape)) for shape in dict.fromkeys(shapes)))
 
 
 @dataclass

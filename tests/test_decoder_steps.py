@@ -48,9 +48,11 @@ def decoders(tmp_path_factory):
 
 @pytest.mark.parametrize("name,exporter", CASES, ids=[f"{n}-{e}" for n, e in CASES])
 def test_prefill_and_eight_decode_steps_match_onnxruntime_step_by_step(decoders, name, exporter):
-    onnx_path, om, _ = decoders(name, exporter)
+    onnx_path, om, report = decoders(name, exporter)
     session = atc_py.InferSession(om)
     assert session.model.graph.is_dynamic
+    fused = {p["pattern"]: p["effect"] for p in report["patterns"] if p["effect"]}
+    assert fused.get("AutoFuse", 0) >= 2, fused               # groups fuse on the symbolic sizes
     prompt = decode.prompt_tokens(session.model.graph, batch=1, length=6)
     steps = decode.generate(session, prompt, STEPS, onnx_path)
     assert [s.kind for s in steps] == ["prefill"] + ["decode"] * STEPS

@@ -330,3 +330,65 @@ def test_attention_over_a_dynamic_sequence_length_fuses_and_matches_at_three_len
         assert session.last_result.npu_time_ms["mean"] > 0
         dims.add(tuple(sorted(session.last_result.dims.values())))
     assert len(dims) == 3 and len(session.model.timings_by_shape) == 3
+
+
+# -- autofuse on symbolic dims ---------------------------------------------------------------
+
+def _rms_norm_model() -> onnx.ModelProto:
+    """x [B, S, 16]: Llama's RMSNorm (Pow, ReduceMean, Add, Sqrt, Div, Mul) then a gated
+    elementwise tail with a [B, S, 1] broadcast: groups whose shapes are all symbolic."""
+    net = Net(opset=18)
+    x = net.input("x", ["B", "S", 16])
+    var = net.op("ReduceMean", net.op("Pow", x, net.const(np.array(2.0, np.float32))),
+                 net.const(np.array([-1], np.int64)), keepdims=1)
+    norm = net.op("Mul", net.op("Div", x, net.op("Sqrt", net.op("Add", var, net.const(np.array(1e-6, np.float32))))),
+                  net.rand(16))
+    gate = net.op("Sigmoid", net.op("ReduceMax", norm, net.const(np.array([-1], np.int64)), keepdims=1))
+    return net.model(net.op("Tanh", net.op("Mul", norm, gate)))
+
+
+def test_autofuse_groups_on_symbolic_dims_run_at_every_size(tmp_path):
+    """The group's sub-graph carries its symbolic dims and their ranges; the kernel binds them
+    from its inputs' real shapes when it runs and when it is priced."""
+    from codegen.fused.autofused import OP_TYPE, decode_subgraph
+    model = _rms_norm_model()
+    report = atc_py.compile(model, output=str(tmp_path / "a"), soc_version="Ascend910", input_shape="x:-1,1~64,16",
+                            precision_mode="force_fp32")
+    static = atc_py.compile(model, output=str(tmp_path / "s"), soc_version="Ascend910", input_shape="x:2,8,16",
+                            precision_mode="force_fp32")
+    fused = {p["pattern"]: p["effect"] for p in report["patterns"]}.get("AutoFuse", 0)
+    assert fused >= 2 and fused == {p["pattern"]: p["effect"] for p in static["patterns"]}["AutoFuse"]
+    assert report["dynamic"]["symbolic_matches"]["AutoFuse"] == fused
+    assert report["kernels_after"] == static["kernels_after"]
+    session = atc_py.InferSession(str(tmp_path / "a.om"))
+    kernels = [n for n in session.model.graph.nodes if n.op_type == OP_TYPE]
+    sub = decode_subgraph(kernels[0].attrs["subgraph"])
+    assert set(sub.symbols) == {"B", "S"} and (sub.symbols["S"].lo, sub.symbols["S"].hi) == (1, 64)
+    times = []
+    for b, s in [(1, 1), (3, 17), (8, 64)]:
+        x = np.random.default_rng(s).standard_normal((b, s, 16)).astype(np.float32)
+        got, = session.infer([x])
+        ref, = run_ort(model, {"x": x}).values()
+        assert got.shape == (b, s, 16) and np.allclose(got, ref, atol=1e-5)
+        times.append(session.last_result.npu_time_ms["mean"])
+    assert times[0] < times[2]
+
+
+def test_a_sub_graph_whose_dims_its_inputs_do_not_tell_is_not_bindable():
+    """x [B*S, 16] (both only as a product) viewed as [B, S, 16] inside the group: the kernel
+    could not bind B and S from its input (AutoFusePass checks `bindable` and leaves such a
+    group unfused, NF2008); the dims round-trip through the JSON."""
+    from codegen.fused.autofused import decode_subgraph, encode_subgraph
+    from ge.ops.registry import TensorType
+    from ge.symbolic import symbol
+    b, s = symbol("B", 1, 8), symbol("S", 1, 64)
+    f32 = np.dtype(np.float32)
+    text = encode_subgraph([TensorType(f32, (b * s, 16))],
+                           [("Reshape", {"shape": [b, s, 16]}, [("i", 0)], [TensorType(f32, (b, s, 16))]),
+                            ("Relu", {}, [("o", 0, 0)], [TensorType(f32, (b, s, 16))])], [("o", 1, 0)])
+    sub = decode_subgraph(text)
+    assert sub.ops[0][1]["shape"] == [b, s, 16] and sub.ops[1][3][0].shape == (b, s, 16)   # round trip
+    assert not sub.bindable()
+    told = decode_subgraph(encode_subgraph([TensorType(f32, (b, s, 16))],
+                                           [("Relu", {}, [("i", 0)], [TensorType(f32, (b, s, 16))])], [("o", 0, 0)]))
+    assert told.bindable() and told.bindings([(2, 5, 16)]) == {"B": 2, "S": 5}

@@ -11,6 +11,10 @@ The sub-graph JSON (``encode_subgraph`` / ``decode_subgraph``):
 A ref is ["i", k] (kernel input k), ["o", op, j] (output j of op number `op`) or null
 (an omitted optional input).  Attrs are plain JSON; numpy arrays are tagged objects.
 Node names are not in it, so identical blocks encode identically (autofuse hashes it).
+A group on dynamic shapes writes each symbolic dim (in a shape or an attr) as
+{"__dim__": "batch*seq"} and adds "symbols": {name: [lo, hi|null]}; when the kernel runs
+(or is priced) it binds the symbols from its inputs' real shapes and evaluates every dim,
+so the group is checked at compile time to be bindable that way.
 
 Numerics: each member runs its own kernel's compute, in the dtype the executor would have
 given it unfused (all floats in the kernel's compute dtype when the precision mode changed
@@ -28,8 +32,11 @@ import numpy as np
 
 from codegen.registry import kernel_of, register
 from codegen.work import Work
+from ge.dynamic import bind, instantiate
+from ge.errors import InternalError
 from ge.ops.common import FLOAT_TYPES, with_impl
 from ge.ops.registry import OpDef, OpKind, TensorType
+from ge.symbolic import Dim, Symbol, atoms_of, parse
 
 OP_TYPE = "AutofusedKernel"
 
@@ -37,6 +44,10 @@ OP_TYPE = "AutofusedKernel"
 # -- attr <-> JSON ----------------------------------------------------------------------
 
 def to_json(value: Any) -> Any:
+    if isinstance(value, Dim):
+        return {"__dim__": str(value)}
+    if isinstance(value, np.ndarray) and value.dtype == object:      # a shape tensor of symbolic dims
+        return {"__dims__": to_json(value.reshape(-1).tolist()), "shape": list(value.shape)}
     if isinstance(value, np.ndarray):
         return {"__ndarray__": to_json(value.tolist()), "dtype": str(value.dtype),
                 "shape": list(value.shape)}
@@ -53,20 +64,47 @@ def to_json(value: Any) -> Any:
     raise TypeError(f"attr value {value!r} of type {type(value).__name__} cannot go into an autofused kernel")
 
 
-def from_json(value: Any) -> Any:
+def from_json(value: Any, symbols: Optional[dict] = None) -> Any:
     if isinstance(value, dict):
         if "__ndarray__" in value:
             return np.array(value["__ndarray__"], dtype=value["dtype"]).reshape(value["shape"])
         if "__bytes__" in value:
             return value["__bytes__"].encode("latin-1")
-        return {k: from_json(v) for k, v in value.items()}
+        if "__dim__" in value:
+            return parse(value["__dim__"], symbols or {})
+        if "__dims__" in value:
+            dims = np.empty(len(value["__dims__"]), dtype=object)
+            for k, v in enumerate(value["__dims__"]):
+                dims[k] = from_json(v, symbols)
+            return dims.reshape(value["shape"])
+        return {k: from_json(v, symbols) for k, v in value.items()}
     if isinstance(value, list):
-        return [from_json(v) for v in value]
+        return [from_json(v, symbols) for v in value]
     return value
 
 
 def type_json(t: Optional[TensorType]) -> Optional[list]:
-    return None if t is None else [str(np.dtype(t.dtype)), [int(d) for d in t.shape]]
+    return None if t is None else [str(np.dtype(t.dtype)), [to_json(d) if isinstance(d, Dim) else int(d)
+                                                            for d in t.shape]]
+
+
+def _symbols(value: Any, found: dict) -> None:
+    """Every Symbol `value` (a dim, shape, type, attr) mentions, by name, into `found`."""
+    if isinstance(value, Dim):
+        for atom in atoms_of(value):
+            if isinstance(atom, Symbol):
+                found.setdefault(atom.name, atom)
+            else:
+                _symbols(list(atom.args), found)
+    elif isinstance(value, TensorType):
+        _symbols(tuple(value.shape), found)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _symbols(v, found)
+    elif isinstance(value, dict):
+        _symbols(list(value.values()), found)
+    elif isinstance(value, np.ndarray) and value.dtype == object:
+        _symbols(value.reshape(-1).tolist(), found)
 
 
 def encode_subgraph(inputs: Sequence, ops: Sequence, outputs: Sequence) -> str:
@@ -76,6 +114,10 @@ def encode_subgraph(inputs: Sequence, ops: Sequence, outputs: Sequence) -> str:
            "ops": [[op_type, to_json(dict(attrs)), [list(r) if r is not None else None for r in refs],
                     [type_json(t) for t in outs]] for op_type, attrs, refs, outs in ops],
            "outputs": [list(r) for r in outputs]}
+    found: dict = {}
+    _symbols([list(inputs), [(dict(attrs), list(outs)) for _, attrs, _, outs in ops]], found)
+    if found:                      # a static group's text (and hash) stays as it was
+        doc["symbols"] = {name: [atom.lo, atom.hi] for name, atom in sorted(found.items())}
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=True)
 
 
@@ -84,11 +126,50 @@ class SubGraph:
 
     def __init__(self, text: str):
         doc = json.loads(text)
-        as_type = lambda t: None if t is None else TensorType(np.dtype(t[0]), tuple(t[1]))  # noqa: E731
+        self.symbols = {name: Symbol(name, lo, hi) for name, (lo, hi) in doc.get("symbols", {}).items()}
+        as_type = lambda t: None if t is None else TensorType(np.dtype(t[0]), tuple(from_json(t[1], self.symbols)))  # noqa: E731
         self.inputs = [as_type(t) for t in doc["inputs"]]
-        self.ops = [(op_type, from_json(attrs), [tuple(r) if r is not None else None for r in refs],
+        self.ops = [(op_type, from_json(attrs, self.symbols), [tuple(r) if r is not None else None for r in refs],
                      [as_type(t) for t in outs]) for op_type, attrs, refs, outs in doc["ops"]]
         self.outputs = [tuple(r) for r in doc["outputs"]]
+
+    def bindings(self, shapes: Sequence) -> Optional[dict]:
+        """The symbols' values told by the kernel's input shapes at one call (ints); None for
+        a static group or when the shapes are still symbolic (compile time).  InternalError
+        when they do not tell every symbol (the compiler checks `bindable` first)."""
+        if not self.symbols or any(isinstance(d, Dim) for shape in shapes if shape is not None for d in shape):
+            return None
+        values: dict = {}
+        for _ in range(2):         # a dim like B*S binds S once B is known from another input
+            for stored, shape in zip(self.inputs, shapes):
+                if stored is not None and shape is not None:
+                    why = bind(tuple(stored.shape), tuple(shape), values, self)
+                    if why is not None:
+                        raise InternalError(f"autofused kernel input of shape {list(shape)} does not match "
+                                            f"{list(stored.shape)}: {why}")
+        missing = set(self.symbols) - set(values)
+        if missing:
+            raise InternalError(f"autofused kernel: its inputs do not tell the dims {sorted(missing)}")
+        return values
+
+    def bindable(self) -> bool:
+        """Every symbol can be bound from the input shapes alone (tried at generic sizes)."""
+        if not self.symbols:
+            return True
+        probe = {name: 3 + 2 * k for k, name in enumerate(sorted(self.symbols))}
+        shapes = [None if t is None else instantiate(tuple(t.shape), probe) for t in self.inputs]
+        try:
+            return self.bindings(shapes) == probe
+        except InternalError:
+            return False
+
+    def at(self, values: Optional[dict], value: Any) -> Any:
+        """`value` (a type, attrs) with the symbols at `values` (unchanged for None)."""
+        if values is None or value is None:
+            return value
+        if isinstance(value, TensorType):
+            return TensorType(value.dtype, instantiate(tuple(value.shape), values))
+        return instantiate(value, values)
 
     def stored_type(self, ref) -> Optional[TensorType]:
         if ref is None:
@@ -142,29 +223,37 @@ def _cast(array: Optional[np.ndarray], dtype: Optional[np.dtype]):
 
 # -- the kernel ---------------------------------------------------------------------------
 
+def _shapes(inputs) -> list:
+    return [None if x is None else tuple(np.shape(x) if isinstance(x, np.ndarray) else x.shape) for x in inputs]
+
+
 def compute(inputs, attrs):
     sub = _subgraph(attrs)
     forced = _override(sub, inputs)
+    values = sub.bindings(_shapes(inputs))
     results: list = []
     for index, (op_type, op_attrs, refs, _) in enumerate(sub.ops):
         dtype = forced or _member_dtype(sub, index)
         args = [None if r is None else _cast(inputs[r[1]] if r[0] == "i" else results[r[1]][r[2]], dtype)
                 for r in refs]
-        results.append([np.asarray(y) for y in kernel_of(op_type).op.compute(args, with_impl(attrs, op_attrs))])
+        results.append([np.asarray(y) for y in kernel_of(op_type).op.compute(args, with_impl(attrs, sub.at(values, op_attrs)))])
     return [inputs[r[1]] if r[0] == "i" else results[r[1]][r[2]] for r in sub.outputs]
 
 
 def infer(inputs, attrs):
     sub = _subgraph(attrs)
     forced = _override(sub, inputs)
-    return [_retype(sub.stored_type(r), forced) for r in sub.outputs]
+    values = sub.bindings(_shapes(inputs))
+    return [_retype(sub.at(values, sub.stored_type(r)), forced) for r in sub.outputs]
 
 
-def member_types(sub: SubGraph, forced: Optional[np.dtype]) -> list:
-    """(input types, output types) of every member, as the kernel holds them."""
+def member_types(sub: SubGraph, forced: Optional[np.dtype], values: Optional[dict] = None) -> list:
+    """(input types, output types) of every member, as the kernel holds them (with the
+    symbols at `values`, the sizes of one call)."""
     out = []
     for op_type, _, refs, outs in sub.ops:
-        out.append(([_retype(sub.stored_type(r), forced) for r in refs], [_retype(t, forced) for t in outs]))
+        out.append(([_retype(sub.at(values, sub.stored_type(r)), forced) for r in refs],
+                    [_retype(sub.at(values, t), forced) for t in outs]))
     return out
 
 
@@ -173,12 +262,13 @@ def work(inputs, outputs, attrs):
     internal tensor (not a kernel output) a launching member produces."""
     sub = _subgraph(attrs)
     forced = _override(sub, inputs)
+    values = sub.bindings(_shapes(inputs))
     exported = {tuple(r) for r in sub.outputs}
     total = Work()
     internal = 0
-    for index, ((op_type, op_attrs, _, _), (ins, outs)) in enumerate(zip(sub.ops, member_types(sub, forced))):
+    for index, ((op_type, op_attrs, _, _), (ins, outs)) in enumerate(zip(sub.ops, member_types(sub, forced, values))):
         kernel = kernel_of(op_type)
-        total = total + kernel.work(ins, outs, with_impl(attrs, op_attrs))
+        total = total + kernel.work(ins, outs, with_impl(attrs, sub.at(values, op_attrs)))
         if not kernel.no_task:
             internal += sum(t.nbytes for j, t in enumerate(outs) if ("o", index, j) not in exported)
     total.onchip_bytes += internal
