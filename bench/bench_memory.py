@@ -208,10 +208,10 @@ def bench(name: str, workdir: str, rounds: int, keep: bool) -> dict:
     io_floor(files, os.path.join(folder, "warm.tmp"))            # the same page-cache state for every round
     rows = []
     for i in range(rounds):
+        if os.path.exists(out_stem + ".om"):     # before the floor: at most one model-sized copy on disk,
+            os.remove(out_stem + ".om")           # and no unlink of an old .om inside the timing
         row = {"load_floor": _load()}
         row["floor_s"], row["floor_cpu"] = io_floor(files, os.path.join(folder, "floor.tmp"))
-        if os.path.exists(out_stem + ".om"):
-            os.remove(out_stem + ".om")                            # no unlink of an old .om inside the timing
         row["load_compile"] = _load()
         row["compile_s"], row["rss"], row["compile_cpu"] = compile_once(path, out_stem)
         print(f"  {name} round {i + 1}: floor {row['floor_s']:.2f} s, CPU {row['floor_cpu']:.2f} s (load "

@@ -17,14 +17,21 @@ from codegen.registry import kernel_of
 from ge.dynamic import bind, bind_inputs, instantiate_attrs
 from ge.errors import AtcError, InternalError, at_node
 from ge.ir import Graph, Node
+from ge.files import release_mapped
 from ge.limits import tensor_bytes
 from ge.ops.common import FLOAT_TYPES
+
+
+def _converts(array: np.ndarray, dtype: Optional[np.dtype]) -> bool:
+    """Whether a kernel computing in `dtype` sees `array` converted (floats only)."""
+    return dtype is not None and array.dtype in FLOAT_TYPES and np.dtype(dtype) in FLOAT_TYPES \
+        and array.dtype != dtype
 
 
 def _to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Float tensors in the kernel's compute dtype.  Values beyond float16's range become
     +-inf, as the hardware's conversion does (e.g. a -3.4e38 attention-mask fill)."""
-    if array.dtype in FLOAT_TYPES and np.dtype(dtype) in FLOAT_TYPES and array.dtype != dtype:
+    if _converts(array, dtype):
         with np.errstate(over="ignore"):
             return array.astype(dtype)
     return array
@@ -122,7 +129,9 @@ class Step:
 
     node: Node
     op: object
-    args: list                  # (True, array) for constants, (False, value id) otherwise, None for absent
+    args: list                  # (True, array) for constants ready as they are, (None, array) for
+                                # constants each forward converts, (False, value id) otherwise,
+                                # None for absent
     dtype: Optional[np.dtype]
     kept: list = field(default_factory=list)     # per output: is it read later?
     frees: list = field(default_factory=list)
@@ -135,10 +144,19 @@ class Plan:
     outputs: list               # (name, const array or None, value id, declared dtype)
 
 
+# Constants converted to their kernel's compute dtype once, at load, up to this many bytes
+# of converted copies in all; beyond it a constant is converted as each forward reaches it
+# (as before `prepare` existed).  Why a cap: an .om's weights are a view of the mapped file
+# (never copied), and converting them all at load (fp32 weights, fp16 kernels) held a second
+# copy of them -- 6.6 GB for a 4.4 GB 1.1B-parameter decoder; small models keep the fast path.
+PREPARED_CONVERSION_BYTES = 256 << 20
+
+
 def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None) -> Plan:
     """Everything about a forward that does not depend on the inputs, done once: each kernel
-    looked up, each constant converted to its kernel's compute dtype, which outputs are read,
-    the point where each value can be freed."""
+    looked up, each constant converted to its kernel's compute dtype (up to
+    PREPARED_CONVERSION_BYTES in all), which outputs are read, the point where each value
+    can be freed."""
     last_use: dict = {}
     for index, node in enumerate(graph.nodes):
         for v in node.inputs:
@@ -147,6 +165,7 @@ def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None)
     keep = {id(v) for v in graph.outputs}
     steps = []
     converted: dict = {}
+    room = PREPARED_CONVERSION_BYTES
     for index, node in enumerate(graph.nodes):
         dtype = dtype_of(node) if dtype_of else None
         args = []
@@ -156,8 +175,14 @@ def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None)
             elif v.is_const:
                 key = (id(v), dtype)
                 if key not in converted:
-                    converted[key] = _to(v.const, dtype) if dtype is not None else v.const
-                args.append((True, converted[key]))
+                    if not _converts(v.const, dtype):
+                        converted[key] = (True, v.const)              # as it is: a view of the .om
+                    elif v.const.size * np.dtype(dtype).itemsize <= room:
+                        converted[key] = (True, _to(v.const, dtype))
+                        room -= converted[key][1].nbytes
+                    else:
+                        converted[key] = (None, v.const)              # converted by each forward
+                args.append(converted[key])
             else:
                 args.append((False, id(v)))
         kept = [id(o) in last_use or id(o) in keep for o in node.outputs]   # an unread output is dropped
@@ -165,6 +190,7 @@ def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None)
                         and last_use[id(v)] == index and id(v) not in keep})
         steps.append(Step(node, kernel_of(node.op_type).op, args, dtype, kept, frees))
     outputs = [(v.name, v.const if v.is_const else None, id(v), np.dtype(v.desc.dtype)) for v in graph.outputs]
+    release_mapped()           # the mapped pages the conversions read need not stay resident
     return Plan(graph, steps, outputs)
 
 
@@ -188,6 +214,8 @@ def execute(plan: Plan, feeds: dict, on_kernel: Optional[Callable[[Node], None]]
                 args.append(None)
             elif arg[0]:
                 args.append(arg[1])
+            elif arg[0] is None:     # a constant over the conversion cap
+                args.append(_to(arg[1], step.dtype))
             else:
                 array = env[arg[1]]
                 args.append(_to(array, step.dtype) if step.dtype is not None else array)

@@ -168,6 +168,27 @@ def test_om_loads_without_copying_its_weights(tmp_path):
     np.testing.assert_array_equal(consts[0], expected)
 
 
+@pytest.mark.parametrize("precision", ["force_fp16", "force_fp32"])
+def test_the_simulator_s_prepared_plan_keeps_weights_mapped_over_its_conversion_cap(tmp_path, monkeypatch,
+                                                                                  precision):
+    """Past PREPARED_CONVERSION_BYTES (lowered to 0 here) a constant stays a view of the mapped
+    .om and each forward converts it, as when nothing is prepared: same numbers either way."""
+    from simulator import executor, runner
+    path, _ = _weight_model(tmp_path)
+    _compile(path, tmp_path / "out", f"--precision_mode={precision}")
+    om = str(tmp_path / "out" / "m.om")
+    feeds = {"x": np.linspace(-1, 1, 256, dtype=np.float32).reshape(1, 256)}
+    expected = executor.execute(runner.load_model(om).plan, feeds)
+    monkeypatch.setattr(executor, "PREPARED_CONVERSION_BYTES", 0)
+    plan = runner.load_model(om).plan
+    consts = [arg[1] for step in plan.steps for arg in step.args if arg is not None and arg[0] is not False]
+    assert consts and all(isinstance(_map_base(c), mmap.mmap) for c in consts if c.size == 256 * 512)
+    got = executor.execute(plan, feeds)
+    assert got.keys() == expected.keys()
+    for name in got:
+        np.testing.assert_array_equal(got[name], expected[name])
+
+
 def test_a_failed_write_leaves_no_om_and_no_temp_file(tmp_path, monkeypatch, capsys):
     path, _ = _weight_model(tmp_path)
 
