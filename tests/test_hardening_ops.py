@@ -110,3 +110,93 @@ def test_f6_unknown_attribute(tmp_path, capsys, op, attr):
 def test_f6_out_of_range_constant_gather_indices(tmp_path, capsys, op, indices):
     node = helper.make_node(op, ["x", "i"], ["y"], name="gather", **({"axis": 1} if op == "GatherElements" else {}))
     _refused(tmp_path, capsys, _model(tmp_path, node, [5, 4], [_i64("i", indices)]), "[gather]", "out of range")
+
+
+# A differential probe against onnxruntime (every model onnxruntime refuses must be refused by
+# atc) found these still compiled with exit 0 -- or, for Clip, failed as E19999.
+
+def _conv_case(op, **extra):
+    w_shape = (2, 3, 3, 3) if op == "Conv" else (3, 2, 3, 3)
+    inputs, inits = ["x", "w"], [_f32("w", np.ones(w_shape))]
+    if "bias" in extra:
+        inputs.append("b")
+        inits.append(_f32("b", extra.pop("bias")))
+    return helper.make_node(op, inputs, ["y"], name="conv", **extra), inits
+
+
+@pytest.mark.parametrize("op,extra,words", [
+    ("Conv", {"bias": [1, 2, 3]}, "bias"),
+    ("ConvTranspose", {"bias": [1, 2, 3]}, "bias"),
+    ("ConvTranspose", {"kernel_shape": [5, 5]}, "kernel_shape")])
+def test_f6_conv_bias_and_transposed_kernel_shape_must_match_the_weight(tmp_path, capsys, op, extra, words):
+    node, inits = _conv_case(op, **extra)
+    _refused(tmp_path, capsys, _model(tmp_path, node, [1, 3, 8, 8], inits), "[conv]", words)
+
+
+@pytest.mark.parametrize("op,pads", [("MaxPool", [2, 2, 2, 2]), ("AveragePool", [0, 2, 0, 0])])
+def test_f6_pool_pads_not_smaller_than_the_kernel(tmp_path, capsys, op, pads):
+    node = helper.make_node(op, ["x"], ["y"], name="pool", kernel_shape=[2, 2], pads=pads)
+    _refused(tmp_path, capsys, _model(tmp_path, node, [1, 1, 4, 4]), "[pool]", "pads")
+
+
+def test_f6_float_mod_without_fmod(tmp_path, capsys):
+    node = helper.make_node("Mod", ["x", "c"], ["y"], name="mod")
+    _refused(tmp_path, capsys, _model(tmp_path, node, [2], [_f32("c", [1, 2])]), "[mod]", "fmod")
+
+
+@pytest.mark.parametrize("op,indices", [("ScatterElements", [[7], [0]]), ("ScatterND", [[5]]), ("ScatterND", [[-3]])])
+def test_f6_out_of_range_constant_scatter_indices(tmp_path, capsys, op, indices):
+    updates = _f32("u", [[1], [2]] if op == "ScatterElements" else np.ones((1, 6)))
+    node = helper.make_node(op, ["x", "i", "u"], ["y"], name="scatter", **({"axis": 1} if op == "ScatterElements" else {}))
+    _refused(tmp_path, capsys, _model(tmp_path, node, [2, 6], [_i64("i", indices), updates]), "[scatter]", "out of range")
+
+
+def test_f6_lrn_size_zero(tmp_path, capsys):
+    node = helper.make_node("LRN", ["x"], ["y"], name="lrn", size=0)
+    _refused(tmp_path, capsys, _model(tmp_path, node, [1, 3, 4, 4]), "[lrn]", "size")
+
+
+def test_f6_layer_norm_scale_that_does_not_broadcast(tmp_path, capsys):
+    node = helper.make_node("LayerNormalization", ["x", "s"], ["y"], name="ln", axis=-1)
+    _refused(tmp_path, capsys, _model(tmp_path, node, [2, 6], [_f32("s", np.ones(5))]), "[ln]", "Scale")
+
+
+def test_f6_cumsum_axis_out_of_range(tmp_path, capsys):
+    node = helper.make_node("CumSum", ["x", "a"], ["y"], name="cumsum")
+    _refused(tmp_path, capsys, _model(tmp_path, node, [2, 6], [_i64("a", 5)]), "[cumsum]", "axis")
+
+
+@pytest.mark.parametrize("pads", [[0, 4, 0, 0], [0, 3, 0, -2], [1, 0, 0, 0]])
+def test_f6_reflect_pads_beyond_the_axis(tmp_path, capsys, pads):
+    node = helper.make_node("Pad", ["x", "p"], ["y"], name="pad", mode="reflect")
+    _refused(tmp_path, capsys, _model(tmp_path, node, [1, 4], [_i64("p", pads)]), "[pad]", "reflect")
+
+
+def test_f6_clip_bound_that_is_not_a_scalar(tmp_path, capsys):
+    node = helper.make_node("Clip", ["x", "lo"], ["y"], name="clip")
+    _refused(tmp_path, capsys, _model(tmp_path, node, [2, 6], [_f32("lo", [1, 2])]), "[clip]", "min")
+
+
+@pytest.mark.parametrize("node,inits,shape", [
+    (helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect"), [_i64("p", [0, 3, 0, 3])], [1, 4]),
+    (helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], pads=[1, 1, 1, 1]), [], [1, 1, 4, 4]),
+    (helper.make_node("Clip", ["x", "lo"], ["y"]), [_f32("lo", [1.0])], [2, 6]),
+    (helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=-1), [_f32("s", np.ones((1, 6)))], [2, 6]),
+    (helper.make_node("Mod", ["x", "c"], ["y"], fmod=1), [_f32("c", [1, 2])], [2])],
+    ids=["reflect_pads_of_size_minus_1", "pool_pads_of_kernel_minus_1", "clip_bound_of_shape_1",
+         "layer_norm_scale_broadcast", "float_mod_with_fmod"])
+def test_f6_the_limits_themselves_compile_and_match_onnxruntime(tmp_path, capsys, node, inits, shape):
+    """The edge of each new check is legal, as in onnxruntime, and the numbers agree."""
+    import onnxruntime as ort
+    from simulator import cli as sim_cli
+    path = _model(tmp_path, node, shape, inits)
+    rc = cli.main([f"--model={path}", "--framework=5", f"--output={tmp_path}/o", "--soc_version=Ascend910",
+                   "--precision_mode=force_fp32"])
+    assert rc == 0, capsys.readouterr().out
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32) + 3
+    np.save(tmp_path / "x.npy", x)
+    assert sim_cli.main(["--model", str(tmp_path / "o.om"), "--input", str(tmp_path / "x.npy"),
+                         "--output", str(tmp_path / "run"), "--outfmt", "NPY"]) == 0, capsys.readouterr().out
+    (got,) = [np.load(tmp_path / "run" / f) for f in sorted(os.listdir(tmp_path / "run")) if f.endswith(".npy")]
+    want = ort.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

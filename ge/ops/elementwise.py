@@ -141,9 +141,12 @@ def _no_integer_zero(op_type: str, divisor) -> None:
                           "Make the divisor non-zero, or divide in floating point.")
 
 
-def _binary(op_type: str, fn: Callable, out_dtype=None, divides: bool = False) -> None:
+def _binary(op_type: str, fn: Callable, out_dtype=None, divides: bool = False,
+            check_attrs: Callable = None) -> None:
     """Register a broadcasting two-input op; `fn(a, b, attrs)` gets the raw arrays.  A
-    dividing op refuses an integer divisor holding 0, constant (at compile time) or not."""
+    dividing op refuses an integer divisor holding 0, constant (at compile time) or not;
+    `check_attrs(dtype, attrs)` refuses attributes the op cannot honour for that input dtype
+    (the shape rule runs it, so atc refuses what the kernel would)."""
 
     def compute(inputs, attrs):
         a, b = inputs[0], inputs[1]
@@ -155,6 +158,8 @@ def _binary(op_type: str, fn: Callable, out_dtype=None, divides: bool = False) -
         return [y.astype(dtype, copy=False)]
 
     def infer(inputs, attrs):
+        if check_attrs is not None:
+            check_attrs(np.dtype(inputs[0].dtype), attrs)
         return broadcast_result(inputs, attrs, dtype=out_dtype)
 
     def check_values(values, types, attrs):
@@ -327,7 +332,20 @@ def _clip_compute(inputs, attrs):
     return [np.array(y, dtype=x.dtype, copy=True)]
 
 
-register(OpDef(op_type="Clip", kind=OpKind.ELEMWISE, compute=_clip_compute, infer=same_as_input,
+def _clip_infer(inputs, attrs):
+    """Bounds are scalars, 0-d or [1] (onnxruntime refuses any other shape), given as
+    constants (moved to min/max) or as run-time inputs."""
+    for index, name in ((1, "min"), (2, "max")):
+        bound = attrs.get(name)
+        shape = np.shape(bound) if bound is not None else (
+            tuple(inputs[index].shape) if len(inputs) > index and inputs[index] is not None else ())
+        if shape not in ((), (1,)):
+            raise invalid_attr("Clip", name, f"of shape {shape}", "it must be a scalar (shape () or [1]).",
+                               "Give Clip scalar bounds.")
+    return same_as_input(inputs, attrs)
+
+
+register(OpDef(op_type="Clip", kind=OpKind.ELEMWISE, compute=_clip_compute, infer=_clip_infer,
                config_inputs=((1, "min"), (2, "max"))))
 
 _binary("PRelu", lambda x, s, a: np.where(x < 0, x * s, x))
@@ -350,11 +368,15 @@ def _pow(a, b, attrs):
     return np.power(a.astype(np.float64), b.astype(np.float64))   # cast back truncates like C
 
 
-def _mod(a, b, attrs):
+def _mod_fmod(dtype, attrs) -> int:
     fmod = int(attrs.get("fmod", 0))
-    if _is_float(a.dtype) and not fmod:
-        raise invalid_attr("Mod", "fmod", fmod, "floating-point Mod requires fmod=1")
-    return np.fmod(a, b) if fmod else np.mod(a, b)
+    if fmod not in (0, 1) or _is_float(dtype) and not fmod:
+        raise invalid_attr("Mod", "fmod", fmod, "it must be 0 or 1, and floating-point Mod requires fmod=1")
+    return fmod
+
+
+def _mod(a, b, attrs):
+    return np.fmod(a, b) if _mod_fmod(a.dtype, attrs) else np.mod(a, b)
 
 
 _binary("Add", lambda a, b, _: np.add(a, b))
@@ -362,7 +384,7 @@ _binary("Sub", lambda a, b, _: np.subtract(a, b))
 _binary("Mul", lambda a, b, _: np.multiply(a, b))
 _binary("Div", _div, divides=True)
 _binary("Pow", _pow)
-_binary("Mod", _mod, divides=True)
+_binary("Mod", _mod, divides=True, check_attrs=_mod_fmod)
 
 _variadic("Max", np.maximum)
 _variadic("Min", np.minimum)

@@ -263,14 +263,25 @@ def conv_compute(inputs, attrs):
     return [_to_result(y, out_dtype)]
 
 
+def _kernel_and_bias_check(op, inputs, attrs, channels_out):
+    """kernel_shape (when given) must be the weight's spatial dims, and the bias (when given)
+    one value per output channel: onnxruntime refuses both mismatches."""
+    w = inputs[1]
+    kernel = attrs.get("kernel_shape")
+    if kernel is not None and len(kernel) and [int(k) for k in kernel] != list(w.shape[2:]):
+        raise InvalidNode(f"{op} kernel_shape {list(kernel)} does not match the weight's spatial dims "
+                          f"{list(w.shape[2:])}", "Drop kernel_shape or make it match the weight.")
+    b = inputs[2] if len(inputs) > 2 else None
+    if b is not None and (len(b.shape) != 1 or b.shape[0] != channels_out):
+        raise InvalidNode(f"{op} bias of shape {tuple(b.shape)} must be ({channels_out},), one value per output "
+                          "channel", "Fix the bias input.")
+
+
 def conv_infer(inputs, attrs):
     x, w = inputs[0], inputs[1]
     group = int(attrs.get("group", 1))
     _conv_check(x.shape, w.shape, group)
-    kernel = attrs.get("kernel_shape")
-    if kernel is not None and [int(k) for k in kernel] != list(w.shape[2:]):
-        raise InvalidNode(f"Conv kernel_shape {list(kernel)} does not match the weight's spatial dims "
-                          f"{list(w.shape[2:])}", "Drop kernel_shape or make it match the weight.")
+    _kernel_and_bias_check("Conv", inputs, attrs, w.shape[0])
     out = _window_geometry(x.shape[2:], list(w.shape[2:]), attrs).out
     return [TensorType(cube_result_dtype(x.dtype), (x.shape[0], w.shape[0]) + tuple(out))]
 
@@ -351,6 +362,7 @@ def conv_transpose_infer(inputs, attrs):
         raise InvalidNode(f"ConvTranspose input {tuple(x.shape)} and weight {tuple(w.shape)} with group {group}: "
                           "ranks must be equal and at least 3, group at least 1, and the weight's first "
                           "dim the input's channels", "Weight must be [C_in, C_out/group, k...].")
+    _kernel_and_bias_check("ConvTranspose", inputs, attrs, w.shape[1] * group)
     out = _convt_geometry(list(x.shape[2:]), w.shape, attrs).out
     return [TensorType(np.dtype(x.dtype), (x.shape[0], w.shape[1] * group) + tuple(out))]
 
@@ -370,9 +382,16 @@ def pool_kernel_shape(attrs, nd):
 
 
 def _pool_geometry(x_shape, attrs) -> tuple:
-    """(kernel, Window) of a pooling op."""
+    """(kernel, Window) of a pooling op.  Explicit pads must be smaller than the kernel, as
+    onnxruntime requires (a window of padding only has no value to pool)."""
     nd = len(x_shape) - 2
     kernel = pool_kernel_shape(attrs, nd)
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) in ("NOTSET", ""):
+        pads = _per_axis(attrs, "pads", 2 * nd, 0)
+        if any(p >= kernel[i % nd] for i, p in enumerate(pads)):
+            raise invalid_attr("Pool", "pads", pads, f"each pad must be smaller than the kernel {kernel}.",
+                               "Use pads smaller than kernel_shape.")
     return kernel, _window_geometry(x_shape[2:], kernel, attrs, ceil_mode=bool(attrs.get("ceil_mode", 0)))
 
 

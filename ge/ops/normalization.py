@@ -153,6 +153,12 @@ def _layer_norm(inputs, attrs):
 def _layer_norm_infer(inputs, attrs):
     x = inputs[0]
     axis = axis_attr("LayerNormalization", attrs, len(x.shape), -1)
+    for name, p in zip(("Scale", "B"), inputs[1:3]):
+        # broadcast against X, as the compute does and onnxruntime allows
+        if p is not None and (len(p.shape) > len(x.shape)
+                              or any(d != 1 and d != xd for d, xd in zip(reversed(p.shape), reversed(x.shape)))):
+            raise InvalidNode(f"LayerNormalization {name} of shape {tuple(p.shape)} does not broadcast to the "
+                              f"normalized shape {tuple(x.shape[axis:])}", "Fix the scale and bias inputs.")
     stats = tuple(x.shape[:axis]) + (1,) * (len(x.shape) - axis)
     stash = _stash_dtype(attrs)
     return same_as_input(inputs, attrs) + [TensorType(stash, stats), TensorType(stash, stats)]
@@ -208,12 +214,16 @@ register(OpDef(op_type="GroupNormalization", kind=OpKind.OPAQUE, compute=_group_
 # ---------------------------------------------------------------------------------------
 # LRN across channels: y = x / (bias + alpha/size * sum_{window} x^2) ^ beta
 
-def _lrn(inputs, attrs):
-    x = inputs[0]
+def _lrn_size(attrs) -> int:
     if "size" not in attrs or int(attrs["size"]) < 1:
         raise invalid_attr("LRN", "size", attrs.get("size"), "a positive window size is required.",
                            "Set LRN's size in the ONNX model.")
-    size = int(attrs["size"])
+    return int(attrs["size"])
+
+
+def _lrn(inputs, attrs):
+    x = inputs[0]
+    size = _lrn_size(attrs)
     alpha, beta, bias = (float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)),
                          float(attrs.get("bias", 1.0)))
     a = _f32(x)
@@ -227,4 +237,12 @@ def _lrn(inputs, attrs):
     return [y.astype(x.dtype, copy=False)]
 
 
-register(OpDef(op_type="LRN", kind=OpKind.OPAQUE, compute=_lrn, infer=lambda i, a: same_as_input(i, a)))
+def _lrn_infer(inputs, attrs):
+    _lrn_size(attrs)
+    if len(inputs[0].shape) < 3:
+        raise InvalidNode(f"LRN needs an N x C x D1... input of rank 3 or more, got {inputs[0].shape}",
+                          "Give the node an N x C x spatial input.")
+    return same_as_input(inputs, attrs)
+
+
+register(OpDef(op_type="LRN", kind=OpKind.OPAQUE, compute=_lrn, infer=_lrn_infer))

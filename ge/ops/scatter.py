@@ -58,14 +58,20 @@ def _nd_shapes(data, indices, updates) -> int:
     return k
 
 
-def scatter_nd_compute(inputs, attrs):
-    data, indices, updates = inputs[0], np.asarray(inputs[1]).astype(np.int64, copy=False), inputs[2]
-    k = _nd_shapes(data.shape, indices.shape, updates.shape)
-    dims = np.asarray(data.shape[:k], dtype=np.int64)
+def _nd_rows(data_shape, indices: np.ndarray, k: int) -> np.ndarray:
+    """ScatterND's indices as rows of k, negative ones counted from the end; out of range is E16004."""
+    dims = np.asarray(data_shape[:k], dtype=np.int64)
     idx = indices.reshape(-1, k)
     idx = np.where(idx < 0, idx + dims, idx)
     if idx.size and (np.any(idx < 0) or np.any(idx >= dims)):
-        raise _err("ScatterND", f"indices out of range for data of shape {tuple(data.shape)}")
+        raise _err("ScatterND", f"indices out of range for data of shape {tuple(data_shape)}")
+    return idx
+
+
+def scatter_nd_compute(inputs, attrs):
+    data, indices, updates = inputs[0], np.asarray(inputs[1]).astype(np.int64, copy=False), inputs[2]
+    k = _nd_shapes(data.shape, indices.shape, updates.shape)
+    idx = _nd_rows(data.shape, indices, k)
     rows = updates.reshape((idx.shape[0],) + tuple(data.shape[k:]))
     out = np.array(data, copy=True)
     return [_write("ScatterND", out, tuple(idx[:, j] for j in range(k)), rows, attrs)]
@@ -88,15 +94,19 @@ def _elements_axis(data_rank: int, indices, updates, attrs) -> int:
     return axis % data_rank
 
 
+def _elements_index(indices: np.ndarray, dim: int, axis: int) -> np.ndarray:
+    idx = np.where(indices < 0, indices + dim, indices)
+    if idx.size and (idx.min() < 0 or idx.max() >= dim):
+        raise _err("ScatterElements", f"indices out of range for axis {axis} of size {dim}")
+    return idx
+
+
 def scatter_elements_compute(inputs, attrs):
     data, indices, updates = inputs[0], np.asarray(inputs[1]).astype(np.int64, copy=False), inputs[2]
     axis = _elements_axis(data.ndim, indices.shape, updates.shape, attrs)
     if any(i > d for i, d in zip(indices.shape, data.shape)):
         raise _err("ScatterElements", f"indices {tuple(indices.shape)} are larger than data {tuple(data.shape)}")
-    dim = data.shape[axis]
-    idx = np.where(indices < 0, indices + dim, indices)
-    if idx.size and (idx.min() < 0 or idx.max() >= dim):
-        raise _err("ScatterElements", f"indices out of range for axis {axis} of size {dim}")
+    idx = _elements_index(indices, data.shape[axis], axis)
     where = list(np.indices(indices.shape, sparse=True))
     where[axis] = idx
     out = np.array(data, copy=True)
@@ -112,5 +122,21 @@ def scatter_elements_infer(inputs, attrs):
     return [TensorType(np.dtype(data.dtype), tuple(data.shape))]
 
 
-register(OpDef("ScatterND", OpKind.OPAQUE, scatter_nd_compute, scatter_nd_infer))
-register(OpDef("ScatterElements", OpKind.OPAQUE, scatter_elements_compute, scatter_elements_infer))
+def scatter_nd_check_values(values, types, attrs):
+    """Constant indices against the data's dims (the data may be a run-time tensor)."""
+    if values[1] is not None and types[0] is not None:
+        indices = np.asarray(values[1]).astype(np.int64, copy=False)
+        _nd_rows(tuple(types[0].shape), indices, int(indices.shape[-1]))
+
+
+def scatter_elements_check_values(values, types, attrs):
+    if values[1] is not None and types[0] is not None:
+        rank = len(types[0].shape)
+        axis = _elements_axis(rank, np.shape(values[1]), np.shape(values[1]), attrs)
+        _elements_index(np.asarray(values[1]).astype(np.int64, copy=False), types[0].shape[axis], axis)
+
+
+register(OpDef("ScatterND", OpKind.OPAQUE, scatter_nd_compute, scatter_nd_infer,
+               check_values=scatter_nd_check_values))
+register(OpDef("ScatterElements", OpKind.OPAQUE, scatter_elements_compute, scatter_elements_infer,
+               check_values=scatter_elements_check_values))

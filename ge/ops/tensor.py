@@ -396,6 +396,12 @@ def _pad_shape(shape, attrs):
     begin, end = _pads(shape, attrs)
     if mode != "constant" and any(d == 0 and (b > 0 or e > 0) for d, b, e in zip(shape, begin, end)):
         raise _err("Pad", f"mode [{mode}] cannot pad an empty axis of {shape}", "Use mode=constant.")
+    if mode == "reflect":     # a reflection repeats no edge: at most (cropped size - 1) per side
+        for axis, (d, b, e) in enumerate(zip(shape, begin, end)):
+            kept = d + min(b, 0) + min(e, 0)
+            if max(b, e) > kept - 1:
+                raise _err("Pad", f"reflect pads ({b}, {e}) on axis {axis} of size {kept} exceed {kept - 1}",
+                           "Use reflect pads smaller than the axis, or mode=edge.")
     return tuple(d + b + e for d, b, e in zip(shape, begin, end))
 
 
@@ -605,7 +611,16 @@ def cumsum_compute(inputs, attrs):
     return [np.ascontiguousarray(np.flip(y, axis) if reverse else y)]
 
 
-_reg("CumSum", OpKind.OPAQUE, cumsum_compute, _like(lambda s, a: s), config_inputs=((1, "axis"),))
+def _cumsum_shape(shape, attrs):
+    axis = attrs.get("axis")
+    if axis is not None:
+        axis = int(_scalar(axis, 0))
+        if not -len(shape) <= axis < len(shape):
+            raise _err("CumSum", f"axis {axis} out of range for rank {len(shape)}")
+    return shape
+
+
+_reg("CumSum", OpKind.OPAQUE, cumsum_compute, _like(_cumsum_shape), config_inputs=((1, "axis"),))
 
 
 # -- OneHot, TopK -----------------------------------------------------------------------------
