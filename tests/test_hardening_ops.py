@@ -200,3 +200,22 @@ def test_f6_the_limits_themselves_compile_and_match_onnxruntime(tmp_path, capsys
     (got,) = [np.load(tmp_path / "run" / f) for f in sorted(os.listdir(tmp_path / "run")) if f.endswith(".npy")]
     want = ort.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("node,inits,shape,words", [
+    (helper.make_node("Split", ["x"], ["y", "z"], name="n", axis=1, num_outputs=3), [], [2, 6], "outputs"),
+    (helper.make_node("DepthToSpace", ["x"], ["y"], name="n", blocksize=2, mode="XYZ"), [], [1, 4, 2, 2], "mode"),
+    (helper.make_node("Pad", ["x", "p", "v"], ["y"], name="n"), [_i64("p", [0, 1, 0, 1]), _f32("v", [1, 2])], [1, 4],
+     "constant_value"),
+    (helper.make_node("GlobalAveragePool", ["x"], ["y"], name="n"), [], [2, 6], "rank 3"),
+    (helper.make_node("MaxPool", ["x"], ["y"], name="n", kernel_shape=[2, 2], storage_order=2), [], [1, 1, 4, 4],
+     "storage_order"),
+    (helper.make_node("Trilu", ["x", "k"], ["y"], name="n"), [_i64("k", [1, 2])], [2, 6], "k"),
+    (helper.make_node("Resize", ["x", "", "s"], ["y"], name="n", mode="linear", exclude_outside=1),
+     [_f32("s", [1, 1, 2, 2])], [1, 1, 4, 4], "exclude_outside"),
+    (helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="n", output_padding=[5, 5]),
+     [_f32("w", np.ones((1, 2, 3, 3)))], [1, 1, 4, 4], "output_padding")],
+    ids=["split_num_outputs", "depth_to_space_mode", "pad_value_not_scalar", "global_pool_rank_2",
+         "max_pool_storage_order", "trilu_k_not_scalar", "resize_exclude_outside_linear", "conv_transpose_output_padding"])
+def test_f6_attributes_onnxruntime_refuses(tmp_path, capsys, node, inits, shape, words):
+    _refused(tmp_path, capsys, _model(tmp_path, node, shape, inits, opset=18), "[n]", words)

@@ -363,6 +363,12 @@ def conv_transpose_infer(inputs, attrs):
                           "ranks must be equal and at least 3, group at least 1, and the weight's first "
                           "dim the input's channels", "Weight must be [C_in, C_out/group, k...].")
     _kernel_and_bias_check("ConvTranspose", inputs, attrs, w.shape[1] * group)
+    nd = len(x.shape) - 2
+    strides, dilations = _steps(attrs, nd)
+    opad = _per_axis(attrs, "output_padding", nd, 0)
+    if any(not 0 <= p < max(s, d) for p, s, d in zip(opad, strides, dilations)):
+        raise invalid_attr("ConvTranspose", "output_padding", opad, "each value must be at least 0 and less than "
+                           f"max(stride, dilation) of its axis (strides {strides}, dilations {dilations}).")
     out = _convt_geometry(list(x.shape[2:]), w.shape, attrs).out
     return [TensorType(np.dtype(x.dtype), (x.shape[0], w.shape[1] * group) + tuple(out))]
 
@@ -471,6 +477,9 @@ def pool_infer(inputs, attrs):
 
 
 def max_pool_infer(inputs, attrs):
+    if int(attrs.get("storage_order", 0)) not in (0, 1):
+        raise invalid_attr("MaxPool", "storage_order", attrs.get("storage_order"), "it must be 0 (row-major) or "
+                           "1 (column-major).")
     y = pool_infer(inputs, attrs)[0]
     return [y, TensorType(np.dtype(np.int64), y.shape)]        # Y, Indices
 
@@ -497,6 +506,9 @@ def global_max_compute(inputs, attrs):
 
 def global_infer(inputs, attrs):
     x = inputs[0]
+    if len(x.shape) < 3:
+        raise InvalidNode(f"global pooling needs an N x C x D1... input of rank 3 or more, got {tuple(x.shape)}",
+                          "Give the node an N x C x spatial input.")
     return [TensorType(np.dtype(x.dtype), tuple(x.shape[:2]) + (1,) * (len(x.shape) - 2))]
 
 

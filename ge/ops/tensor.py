@@ -396,6 +396,9 @@ def _pad_shape(shape, attrs):
     begin, end = _pads(shape, attrs)
     if mode != "constant" and any(d == 0 and (b > 0 or e > 0) for d, b, e in zip(shape, begin, end)):
         raise _err("Pad", f"mode [{mode}] cannot pad an empty axis of {shape}", "Use mode=constant.")
+    value = attrs.get("constant_value")
+    if value is not None and (np.size(value) != 1 or np.ndim(value) > 1):
+        raise _err("Pad", f"constant_value of shape {np.shape(value)} must be one value", "Give Pad a scalar value.")
     if mode == "reflect":     # a reflection repeats no edge: at most (cropped size - 1) per side
         for axis, (d, b, e) in enumerate(zip(shape, begin, end)):
             kept = d + min(b, 0) + min(e, 0)
@@ -566,6 +569,8 @@ def _blocksize(attrs) -> int:
 
 def _d2s_shape(s, a):
     b = _blocksize(a)
+    if attr_str(a, "mode", "DCR") not in ("DCR", "CRD"):
+        raise _err("DepthToSpace", f"mode [{attr_str(a, 'mode', 'DCR')}] is not supported", "Use DCR or CRD.")
     if len(s) != 4 or s[1] % (b * b):
         raise _err("DepthToSpace", f"input {s} is not NCHW with C divisible by {b * b}")
     return (s[0], s[1] // (b * b), s[2] * b, s[3] * b)
@@ -596,7 +601,15 @@ def trilu_compute(inputs, attrs):
     return [fn(inputs[0], k)]
 
 
-_reg("Trilu", OpKind.INJECTIVE, trilu_compute, _like(lambda s, a: s), config_inputs=((1, "k"),))
+def _trilu_shape(shape, attrs):
+    if np.size(attrs.get("k", 0)) != 1 or np.ndim(attrs.get("k", 0)) > 1:
+        raise _err("Trilu", f"k {attrs.get('k')} must be one value (shape () or [1])")
+    if len(shape) < 2:
+        raise _err("Trilu", f"the input {shape} must have rank 2 or more")
+    return shape
+
+
+_reg("Trilu", OpKind.INJECTIVE, trilu_compute, _like(_trilu_shape), config_inputs=((1, "k"),))
 
 
 def cumsum_compute(inputs, attrs):
@@ -759,6 +772,10 @@ def _check_resize_modes(attrs) -> None:
     if attr_str(attrs, "coordinate_transformation_mode", "") == "tf_crop_and_resize" \
             and attr_str(attrs, "mode", "nearest") == "nearest":
         raise _err("Resize", "tf_crop_and_resize is supported in linear and cubic modes", "Use mode linear.")
+    if int(attrs.get("exclude_outside", 0)) and not (attr_str(attrs, "mode", "nearest") == "cubic" or (
+            attr_str(attrs, "mode", "nearest") == "linear" and int(attrs.get("antialias", 0)))):
+        raise _err("Resize", "exclude_outside=1 needs mode cubic or an antialiased linear mode (as in onnxruntime)",
+                   "Drop exclude_outside.")
 
 
 class ResizePlan(NamedTuple):

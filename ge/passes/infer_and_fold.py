@@ -81,7 +81,20 @@ def canonicalize(node: Node, op: OpDef, known: Optional[dict] = None) -> set:
     if node.op_type == "Split" and "split" not in node.attrs and "num_outputs" not in node.attrs \
             and 1 not in runtime:
         node.attrs["num_outputs"] = len(node.outputs)
+    if node.op_type == "Split" and 1 not in runtime:
+        _check_split_outputs(node)
     return runtime
+
+
+def _check_split_outputs(node: Node) -> None:
+    """Split makes one output per size (or num_outputs of them): onnxruntime refuses a node
+    with a different number of outputs, and the shape rule cannot see the node's outputs."""
+    split = node.attrs.get("split")
+    count = len(split) if split is not None and len(split) else int(node.attrs.get("num_outputs", 0))
+    if count != len(node.outputs):
+        raise at_node(InvalidNode(f"Split makes {count} pieces (split={split}, num_outputs="
+                                  f"{node.attrs.get('num_outputs')}) but the node has {len(node.outputs)} outputs",
+                                  "Give Split one output per piece."), node.name, node.op_type)
 
 
 def _min_data_inputs(op: OpDef) -> int:
