@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import cli
+import ort_refusals
 
 
 def _model(tmp_path, node, x_shape, inits=(), x_type=TensorProto.FLOAT, opset=17):
@@ -219,3 +220,34 @@ def test_f6_the_limits_themselves_compile_and_match_onnxruntime(tmp_path, capsys
          "max_pool_storage_order", "trilu_k_not_scalar", "resize_exclude_outside_linear", "conv_transpose_output_padding"])
 def test_f6_attributes_onnxruntime_refuses(tmp_path, capsys, node, inits, shape, words):
     _refused(tmp_path, capsys, _model(tmp_path, node, shape, inits, opset=18), "[n]", words)
+
+
+def _onnxruntime_refuses(model) -> bool:
+    import onnxruntime as ort
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        feeds = {}
+        for spec in session.get_inputs():
+            dtype = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
+                     "tensor(int8)": np.int8, "tensor(uint8)": np.uint8}[spec.type]
+            feeds[spec.name] = (np.random.default_rng(0).random(spec.shape) * 3 + 1).astype(dtype)
+        session.run(None, feeds)
+        return False
+    except Exception:     # noqa: BLE001 -- any refusal, at load or at run time
+        return True
+
+
+@pytest.mark.parametrize("name", sorted(ort_refusals.CASES))
+def test_f6_atc_refuses_what_onnxruntime_refuses(tmp_path, capsys, name):
+    model = ort_refusals.CASES[name]
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    rc = cli.main([f"--model={path}", "--framework=5", f"--output={tmp_path}/o", "--soc_version=Ascend910",
+                   "--precision_mode=force_fp32"])
+    text = capsys.readouterr().out
+    assert "E19999" not in text and "Traceback" not in text, text
+    if _onnxruntime_refuses(model):
+        assert rc == 1 and ("E16004" in text or "E16002" in text), text
+        assert not os.path.exists(tmp_path / "o.om")
+    else:
+        assert rc == 0 or "E16002" in text or "E16004" in text, text

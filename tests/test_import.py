@@ -177,12 +177,14 @@ def test_kernel_errors_name_the_node():
 
 def test_run_time_kernel_errors_name_the_node():
     from helpers import run_ir
-    node = helper.make_node("LRN", ["x"], ["y"], size=-3, name="bad_lrn")
-    model = model_of([node], [fvi("x", [1, 2, 3, 3])], [fvi("y", None)])
+    # what only the run-time values reveal: an integer divisor of 0 fed at run time
+    node = helper.make_node("Div", ["x", "d"], ["y"], name="bad_div")
+    model = model_of([node], [fvi("x", [3], TensorProto.INT64), fvi("d", [3], TensorProto.INT64)],
+                     [fvi("y", None, TensorProto.INT64)])
     graph = lower(model)
     with pytest.raises(AtcError) as err:
-        run_ir(graph, {"x": np.zeros((1, 2, 3, 3), np.float32)})
-    assert err.value.code == "E16004" and "[bad_lrn]" in err.value.message
+        run_ir(graph, {"x": np.ones(3, np.int64), "d": np.array([1, 0, 2], np.int64)})
+    assert err.value.code == "E16004" and "[bad_div]" in err.value.message
 
 
 @pytest.mark.parametrize("case", ["add_float_int", "softmax_int"])

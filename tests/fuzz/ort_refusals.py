@@ -1,0 +1,175 @@
+"""A table of small models with one doubtful node each -- an attribute, a constant input or a
+shape onnxruntime may refuse -- for a differential check: whatever onnxruntime refuses, atc
+must refuse at compile time with a coded error (finding 6 of issue 8), never compile it for
+atc-sim to find, never E19999.  Models onnxruntime accepts are compiled or refused as
+unsupported (E16002/E16004), never crash.
+
+Each entry: name -> ONNX model (built on first use; no model file is committed).  Found by
+probing attribute by attribute against onnxruntime; tests/test_hardening_ops.py runs them.
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+F, I = TP.FLOAT, TP.INT64
+N = helper.make_node
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def i64(name, values):
+    return numpy_helper.from_array(np.asarray(values, np.int64), name)
+
+
+def f32(name, values):
+    return numpy_helper.from_array(np.asarray(values, np.float32), name)
+
+
+CASES: dict = {}
+
+
+def case(name, nodes, inputs, inits=(), out_t=F, opset=17):
+    if not isinstance(nodes, list):
+        nodes = [nodes]
+    graph = helper.make_graph(nodes, "g", [_vi(*x) for x in inputs], [_vi("y", out_t, None)], list(inits))
+    CASES[name] = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+case("pad_bad_len", N("Pad", ["x", "p"], ["y"], name="n"), [("x", F, [1, 4])], [i64("p", [0, 1, 1])])
+case("pad_edge_ok", N("Pad", ["x", "p"], ["y"], name="n", mode="edge"), [("x", F, [1, 4])], [i64("p", [0, 1, 0, 1])])
+case("pad_neg_too_much", N("Pad", ["x", "p"], ["y"], name="n"), [("x", F, [1, 4])], [i64("p", [0, -3, 0, -3])])
+case("conv_group_bad", N("Conv", ["x", "w"], ["y"], name="n", group=2), [("x", F, [1, 3, 8, 8])], [f32("w", np.ones((2, 1, 3, 3)))])
+case("conv_chan_bad", N("Conv", ["x", "w"], ["y"], name="n"), [("x", F, [1, 3, 8, 8])], [f32("w", np.ones((2, 4, 3, 3)))])
+case("conv_stride0", N("Conv", ["x", "w"], ["y"], name="n", strides=[0, 0]), [("x", F, [1, 3, 8, 8])], [f32("w", np.ones((2, 3, 3, 3)))])
+case("conv_dil0", N("Conv", ["x", "w"], ["y"], name="n", dilations=[0, 1]), [("x", F, [1, 3, 8, 8])], [f32("w", np.ones((2, 3, 3, 3)))])
+case("conv_bias_len", N("Conv", ["x", "w", "b"], ["y"], name="n"), [("x", F, [1, 3, 8, 8])], [f32("w", np.ones((2, 3, 3, 3))), f32("b", [1, 2, 3])])
+case("conv_neg_pad", N("Conv", ["x", "w"], ["y"], name="n", pads=[-1, 0, 0, 0]), [("x", F, [1, 3, 8, 8])], [f32("w", np.ones((2, 3, 3, 3)))])
+case("conv_big_kernel", N("Conv", ["x", "w"], ["y"], name="n"), [("x", F, [1, 3, 2, 2])], [f32("w", np.ones((2, 3, 3, 3)))])
+case("maxpool_pad_ge_kernel", N("MaxPool", ["x"], ["y"], name="n", kernel_shape=[2, 2], pads=[2, 2, 2, 2]), [("x", F, [1, 1, 4, 4])])
+case("maxpool_stride0", N("MaxPool", ["x"], ["y"], name="n", kernel_shape=[2, 2], strides=[0, 1]), [("x", F, [1, 1, 4, 4])])
+case("avgpool_no_kernel", N("AveragePool", ["x"], ["y"], name="n"), [("x", F, [1, 1, 4, 4])])
+case("reshape_two_minus1", N("Reshape", ["x", "s"], ["y"], name="n"), [("x", F, [2, 6])], [i64("s", [-1, -1])])
+case("reshape_bad_count", N("Reshape", ["x", "s"], ["y"], name="n"), [("x", F, [2, 6])], [i64("s", [5, 3])])
+case("transpose_bad_perm", N("Transpose", ["x"], ["y"], name="n", perm=[0, 0]), [("x", F, [2, 6])])
+case("transpose_perm_len", N("Transpose", ["x"], ["y"], name="n", perm=[0]), [("x", F, [2, 6])])
+case("split_bad_sum", N("Split", ["x", "s"], ["y"], name="n", axis=1), [("x", F, [2, 6])], [i64("s", [2, 2])])
+case("gather_axis_oob", N("Gather", ["x", "i"], ["y"], name="n", axis=3), [("x", F, [2, 6])], [i64("i", [0])])
+case("slice_step0", N("Slice", ["x", "s", "e", "a", "st"], ["y"], name="n"), [("x", F, [2, 6])], [i64("s", [0]), i64("e", [2]), i64("a", [1]), i64("st", [0])])
+case("slice_axis_oob", N("Slice", ["x", "s", "e", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("s", [0]), i64("e", [2]), i64("a", [4])])
+case("slice_dup_axes", N("Slice", ["x", "s", "e", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("s", [0, 0]), i64("e", [2, 1]), i64("a", [1, 1])])
+case("topk_k_too_big", N("TopK", ["x", "k"], ["y", "idx"], name="n"), [("x", F, [2, 6])], [i64("k", [9])])
+case("topk_k_neg", N("TopK", ["x", "k"], ["y", "idx"], name="n"), [("x", F, [2, 6])], [i64("k", [-1])])
+case("concat_axis_oob", N("Concat", ["x", "x"], ["y"], name="n", axis=5), [("x", F, [2, 6])])
+case("concat_shape_mismatch", N("Concat", ["x", "c"], ["y"], name="n", axis=0), [("x", F, [2, 6])], [f32("c", np.ones((2, 5)))])
+case("softmax_axis_oob", N("Softmax", ["x"], ["y"], name="n", axis=4), [("x", F, [2, 6])])
+case("unsqueeze_dup", N("Unsqueeze", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("a", [0, 0])])
+case("squeeze_not_one", N("Squeeze", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("a", [0])])
+case("tile_neg", N("Tile", ["x", "r"], ["y"], name="n"), [("x", F, [2, 6])], [i64("r", [-1, 1])])
+case("tile_len", N("Tile", ["x", "r"], ["y"], name="n"), [("x", F, [2, 6])], [i64("r", [1])])
+case("expand_incompat", N("Expand", ["x", "s"], ["y"], name="n"), [("x", F, [2, 6])], [i64("s", [3, 6])])
+case("add_incompat", N("Add", ["x", "c"], ["y"], name="n"), [("x", F, [2, 6])], [f32("c", np.ones((5,)))])
+case("matmul_incompat", N("MatMul", ["x", "c"], ["y"], name="n"), [("x", F, [2, 6])], [f32("c", np.ones((5, 3)))])
+case("gemm_incompat", N("Gemm", ["x", "c"], ["y"], name="n"), [("x", F, [2, 6])], [f32("c", np.ones((5, 3)))])
+case("bn_scale_len", N("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="n"), [("x", F, [1, 3, 4, 4])], [f32("s", [1, 1]), f32("b", [0, 0, 0]), f32("m", [0, 0, 0]), f32("v", [1, 1, 1])])
+case("range_delta0", N("Range", ["a", "b", "d"], ["y"], name="n"), [], [i64("a", 0), i64("b", 5), i64("d", 0)], out_t=I)
+case("range_delta0_rt", [N("Range", ["a", "b", "d"], ["r"], name="n"), N("Add", ["r", "x"], ["y"], name="add")], [("x", I, [1])], [i64("a", 0), i64("b", 5), i64("d", 0)], out_t=I)
+case("cos_neg_dims", N("ConstantOfShape", ["s"], ["y"], name="n"), [], [i64("s", [-2, 3])])
+case("onehot_neg_depth", N("OneHot", ["x", "d", "v"], ["y"], name="n"), [("x", I, [3])], [i64("d", [-3]), f32("v", [0, 1])])
+case("reduce_axis_oob", N("ReduceSum", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("a", [3])])
+case("reducemax_axis_oob", N("ReduceMax", ["x"], ["y"], name="n", axes=[3]), [("x", F, [2, 6])])
+case("einsum_bad", N("Einsum", ["x", "x"], ["y"], name="n", equation="ij,jk->ik"), [("x", F, [2, 6])])
+case("flatten_axis_oob", N("Flatten", ["x"], ["y"], name="n", axis=4), [("x", F, [2, 6])])
+case("depthtospace_bad", N("DepthToSpace", ["x"], ["y"], name="n", blocksize=2), [("x", F, [1, 3, 2, 2])])
+case("depthtospace_bs0", N("DepthToSpace", ["x"], ["y"], name="n", blocksize=0), [("x", F, [1, 4, 2, 2])])
+case("resize_scales_and_sizes", N("Resize", ["x", "", "s", "z"], ["y"], name="n"), [("x", F, [1, 1, 4, 4])], [f32("s", [1, 1, 2, 2]), i64("z", [1, 1, 8, 8])])
+case("resize_scales_len", N("Resize", ["x", "", "s"], ["y"], name="n"), [("x", F, [1, 1, 4, 4])], [f32("s", [2, 2])])
+case("resize_sizes_zero", N("Resize", ["x", "", "", "z"], ["y"], name="n"), [("x", F, [1, 1, 4, 4])], [i64("z", [1, 1, 0, 8])])
+case("resize_cubic_coeff", N("Resize", ["x", "", "s"], ["y"], name="n", mode="cubic", cubic_coeff_a=0.0), [("x", F, [1, 1, 4, 4])], [f32("s", [1, 1, 2, 2])])
+case("resize_linear_ok", N("Resize", ["x", "", "s"], ["y"], name="n", mode="linear"), [("x", F, [1, 1, 4, 4])], [f32("s", [1, 1, 2, 2])])
+case("leakyrelu_int_alpha", N("LeakyRelu", ["x"], ["y"], name="n", alpha=1), [("x", F, [2, 6])])
+case("cast_bad_to", N("Cast", ["x"], ["y"], name="n", to=99), [("x", F, [2, 6])])
+case("cast_string", N("Cast", ["x"], ["y"], name="n", to=TP.STRING), [("x", F, [2, 6])], out_t=TP.STRING)
+case("mod_fmod0_float", N("Mod", ["x", "c"], ["y"], name="n"), [("x", F, [2])], [f32("c", [1, 2])])
+case("int32_div0", N("Div", ["x", "c"], ["y"], name="n"), [("x", TP.INT32, [2])], [numpy_helper.from_array(np.array([0, 1], np.int32), "c")], out_t=TP.INT32)
+case("mod_const_fold_zero", [N("Mod", ["a", "b"], ["q"], name="n"), N("Add", ["x", "q"], ["y"], name="add")], [("x", I, [2])], [i64("a", [3, 4]), i64("b", [0, 1])], out_t=I)
+case("scatter_oob", N("ScatterElements", ["x", "i", "u"], ["y"], name="n", axis=1), [("x", F, [2, 6])], [i64("i", [[7], [0]]), f32("u", [[1], [2]])])
+case("scatternd_oob", N("ScatterND", ["x", "i", "u"], ["y"], name="n"), [("x", F, [2, 6])], [i64("i", [[5]]), f32("u", np.ones((1, 6)))])
+case("gathernd_bd_too_big", N("GatherND", ["x", "i"], ["y"], name="n", batch_dims=3), [("x", F, [2, 6])], [i64("i", [[0]])])
+case("lrn_even_size", N("LRN", ["x"], ["y"], name="n", size=0), [("x", F, [1, 3, 4, 4])])
+case("instnorm_scale_len", N("InstanceNormalization", ["x", "s", "b"], ["y"], name="n"), [("x", F, [1, 3, 4, 4])], [f32("s", [1, 1]), f32("b", [0, 0])])
+case("layernorm_axis_oob", N("LayerNormalization", ["x", "s"], ["y"], name="n", axis=3), [("x", F, [2, 6])], [f32("s", np.ones(6))])
+case("layernorm_scale_len", N("LayerNormalization", ["x", "s"], ["y"], name="n", axis=-1), [("x", F, [2, 6])], [f32("s", np.ones(5))])
+case("argmax_axis_oob", N("ArgMax", ["x"], ["y"], name="n", axis=2), [("x", F, [2, 6])], out_t=I)
+case("cumsum_axis_oob", N("CumSum", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("a", 5)])
+case("where_incompat", N("Where", ["c", "x", "x"], ["y"], name="n"), [("x", F, [2, 6])], [numpy_helper.from_array(np.ones((3,), bool), "c")])
+case("convtranspose_chan", N("ConvTranspose", ["x", "w"], ["y"], name="n"), [("x", F, [1, 3, 4, 4])], [f32("w", np.ones((2, 2, 3, 3)))])
+case("convtranspose_kshape", N("ConvTranspose", ["x", "w"], ["y"], name="n", kernel_shape=[5, 5]), [("x", F, [1, 3, 4, 4])], [f32("w", np.ones((3, 2, 3, 3)))])
+case("pad_reflect_too_big", N("Pad", ["x", "p"], ["y"], name="n", mode="reflect"), [("x", F, [1, 4])], [i64("p", [0, 5, 0, 5])])
+case("gather_float_idx", N("Gather", ["x", "i"], ["y"], name="n"), [("x", F, [2, 6])], [f32("i", [0])])
+case("clip_min_gt_max", N("Clip", ["x", "a", "b"], ["y"], name="n"), [("x", F, [2, 6])], [f32("a", 2.0), f32("b", 1.0)])
+case("clip_min_not_scalar", N("Clip", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6])], [f32("a", [1.0, 2.0])])
+case("dropout_ratio_bad", N("Dropout", ["x", "r"], ["y"], name="n"), [("x", F, [2, 6])], [f32("r", 1.5)])
+case("hardmax_axis", N("Hardmax", ["x"], ["y"], name="n", axis=-3), [("x", F, [2, 6])])
+case("pow_int_neg", N("Pow", ["x", "c"], ["y"], name="n"), [("x", I, [2])], [i64("c", [-1, 2])], out_t=I)
+case("spacetodepth_bad", N("SpaceToDepth", ["x"], ["y"], name="n", blocksize=3), [("x", F, [1, 1, 4, 4])])
+case("gridsample_mode", N("GridSample", ["x", "g"], ["y"], name="n", mode="bogus"), [("x", F, [1, 1, 4, 4])], [f32("g", np.zeros((1, 2, 2, 2)))])
+case("attr_wrong_type", N("Softmax", ["x"], ["y"], name="n", axis=1.5), [("x", F, [2, 6])])
+case("conv_auto_pad_bad", N("Conv", ["x", "w"], ["y"], name="n", auto_pad="BOGUS"), [("x", F, [1, 3, 8, 8])], [f32("w", np.ones((2, 3, 3, 3)))])
+case("maxpool_auto_pad_bad", N("MaxPool", ["x"], ["y"], name="n", kernel_shape=[2, 2], auto_pad="bogus"), [("x", F, [1, 1, 4, 4])])
+case("resize_mode_ok_bad_ctm_tf", N("Resize", ["x", "", "s"], ["y"], name="n", coordinate_transformation_mode="tf_crop_and_resize"), [("x", F, [1, 1, 4, 4])], [f32("s", [1, 1, 2, 2])])
+case("split_num_outputs_bad", N("Split", ["x"], ["y", "z"], name="n", axis=1, num_outputs=3), [("x", F, [2, 6])], opset=18)
+case("reshape_allowzero_neg", N("Reshape", ["x", "s"], ["y"], name="n", allowzero=1), [("x", F, [2, 6])], [i64("s", [0, -1])])
+case("topk_axis_oob", N("TopK", ["x", "k"], ["y", "idx"], name="n", axis=3), [("x", F, [2, 6])], [i64("k", [1])])
+case("unsqueeze_oob", N("Unsqueeze", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("a", [5])])
+case("squeeze_oob", N("Squeeze", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("a", [5])])
+case("transpose_perm_oob", N("Transpose", ["x"], ["y"], name="n", perm=[0, 2]), [("x", F, [2, 6])])
+case("d2s_mode_bogus", N("DepthToSpace", ["x"], ["y"], name="n", blocksize=2, mode="XYZ"), [("x", F, [1, 4, 2, 2])])
+case("pad_value_not_scalar", N("Pad", ["x", "p", "v"], ["y"], name="n"), [("x", F, [1, 4])], [i64("p", [0, 1, 0, 1]), f32("v", [1, 2])])
+case("cos_value_2elems", N("ConstantOfShape", ["s"], ["y"], name="n", value=numpy_helper.from_array(np.zeros([2], np.float32))), [], [i64("s", [2, 3])])
+case("range_float_delta0", N("Range", ["a", "b", "d"], ["y"], name="n"), [], [f32("a", 0), f32("b", 5), f32("d", 0)])
+case("onehot_axis_oob", N("OneHot", ["x", "d", "v"], ["y"], name="n", axis=3), [("x", I, [3])], [i64("d", [4]), f32("v", [0, 1])])
+case("gap_rank2", N("GlobalAveragePool", ["x"], ["y"], name="n"), [("x", F, [2, 6])])
+case("bn_training", N("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="n", training_mode=1), [("x", F, [1, 3, 4, 4])], [f32("s", [1, 1, 1]), f32("b", [0, 0, 0]), f32("m", [0, 0, 0]), f32("v", [1, 1, 1])])
+case("maxpool_storage_order2", N("MaxPool", ["x"], ["y"], name="n", kernel_shape=[2, 2], storage_order=2), [("x", F, [1, 1, 4, 4])])
+case("maxpool_ceil2", N("MaxPool", ["x"], ["y"], name="n", kernel_shape=[2, 2], ceil_mode=2), [("x", F, [1, 1, 4, 4])])
+case("conv_kshape_rank", N("Conv", ["x", "w"], ["y"], name="n", kernel_shape=[3]), [("x", F, [1, 3, 8, 8])], [f32("w", np.ones((2, 3, 3, 3)))])
+case("conv_group0", N("Conv", ["x", "w"], ["y"], name="n", group=0), [("x", F, [1, 3, 8, 8])], [f32("w", np.ones((2, 3, 3, 3)))])
+case("conv_pads_len", N("Conv", ["x", "w"], ["y"], name="n", pads=[1, 1]), [("x", F, [1, 3, 8, 8])], [f32("w", np.ones((2, 3, 3, 3)))])
+case("gemm_bias_bad", N("Gemm", ["x", "c", "b"], ["y"], name="n"), [("x", F, [2, 6])], [f32("c", np.ones((6, 3))), f32("b", np.ones(4))])
+case("matmul_scalar", N("MatMul", ["x", "c"], ["y"], name="n"), [("x", F, [2, 6])], [f32("c", 2.0)])
+case("softmax_int", N("Softmax", ["x"], ["y"], name="n"), [("x", I, [2, 6])], out_t=I)
+case("where_float_cond", N("Where", ["x", "x", "x"], ["y"], name="n"), [("x", F, [2, 6])])
+case("bitshift_dir", N("BitShift", ["x", "c"], ["y"], name="n", direction="UP"), [("x", TP.UINT8, [2])], [numpy_helper.from_array(np.array([1, 2], np.uint8), "c")], out_t=TP.UINT8)
+case("dequant_axis_oob", N("DequantizeLinear", ["x", "s"], ["y"], name="n", axis=4), [("x", TP.INT8, [2, 6])], [f32("s", np.ones(6))])
+case("quant_scale_len", N("QuantizeLinear", ["x", "s"], ["y"], name="n", axis=1), [("x", F, [2, 6])], [f32("s", np.ones(5))], out_t=TP.UINT8)
+case("trilu_k_vec", N("Trilu", ["x", "k"], ["y"], name="n"), [("x", F, [2, 6])], [i64("k", [1, 2])])
+case("reduce_noop_bad", N("ReduceSum", ["x", "a"], ["y"], name="n", noop_with_empty_axes=5), [("x", F, [2, 6])], [i64("a", [])])
+case("argmax_keepdims_bad", N("ArgMax", ["x"], ["y"], name="n", keepdims=7), [("x", F, [2, 6])], out_t=I)
+case("gathernd_idx_depth", N("GatherND", ["x", "i"], ["y"], name="n"), [("x", F, [2, 6])], [i64("i", [[0, 1, 2]])])
+case("expand_rank_neg", N("Expand", ["x", "s"], ["y"], name="n"), [("x", F, [2, 6])], [i64("s", [-1, 6])])
+case("tile_float_rep", N("Tile", ["x", "r"], ["y"], name="n"), [("x", F, [2, 6])], [f32("r", [1, 1])])
+case("slice_float_starts", N("Slice", ["x", "s", "e"], ["y"], name="n"), [("x", F, [2, 6])], [f32("s", [0]), f32("e", [1])])
+case("hardsigmoid_ok", N("HardSigmoid", ["x"], ["y"], name="n", alpha=0.0), [("x", F, [2, 6])])
+case("celu_alpha0", N("Celu", ["x"], ["y"], name="n", alpha=0.0), [("x", F, [2, 6])])
+case("gridsample_align_bad", N("GridSample", ["x", "g"], ["y"], name="n", align_corners=3), [("x", F, [1, 1, 4, 4])], [f32("g", np.zeros((1, 2, 2, 2)))])
+case("einsum_bad_eq", N("Einsum", ["x"], ["y"], name="n", equation="ij->k"), [("x", F, [2, 6])])
+case("einsum_garbage", N("Einsum", ["x"], ["y"], name="n", equation="!!"), [("x", F, [2, 6])])
+case("mean_no_inputs_ok", N("Mean", ["x", "x"], ["y"], name="n"), [("x", F, [2, 6])])
+case("lpnorm_p3", N("LpNormalization", ["x"], ["y"], name="n", p=3), [("x", F, [2, 6])])
+case("lppool_p0", N("LpPool", ["x"], ["y"], name="n", kernel_shape=[2, 2], p=0), [("x", F, [1, 1, 4, 4])])
+case("roialign_mode", N("RoiAlign", ["x", "r", "b"], ["y"], name="n", mode="bogus"), [("x", F, [1, 1, 4, 4])], [f32("r", [[0, 0, 2, 2]]), i64("b", [0])])
+case("shrink_ok", N("Shrink", ["x"], ["y"], name="n", lambd=-1.0), [("x", F, [2, 6])])
+case("scatter_dup_shape", N("ScatterElements", ["x", "i", "u"], ["y"], name="n", axis=0, reduction="bogus"), [("x", F, [2, 6])], [i64("i", [[0]]), f32("u", [[1]])])
+case("mod_int_fmod2", N("Mod", ["x", "c"], ["y"], name="n", fmod=2), [("x", I, [2])], [i64("c", [1, 2])], out_t=I)
+case("resize_sizes_rank", N("Resize", ["x", "", "", "z"], ["y"], name="n"), [("x", F, [1, 1, 4, 4])], [i64("z", [8, 8])])
+case("resize_axes_oob", N("Resize", ["x", "", "s"], ["y"], name="n", axes=[5]), [("x", F, [1, 1, 4, 4])], [f32("s", [2])], opset=18)
+case("resize_exclude_outside", N("Resize", ["x", "", "s"], ["y"], name="n", mode="linear", exclude_outside=1), [("x", F, [1, 1, 4, 4])], [f32("s", [1, 1, 2, 2])])
+case("instnorm_eps_neg", N("InstanceNormalization", ["x", "s", "b"], ["y"], name="n", epsilon=-1.0), [("x", F, [1, 3, 4, 4])], [f32("s", [1, 1, 1]), f32("b", [0, 0, 0])])
+case("layernorm_eps0", N("LayerNormalization", ["x", "s"], ["y"], name="n", epsilon=0.0), [("x", F, [2, 6])], [f32("s", np.ones(6))])
+case("convt_output_shape_len", N("ConvTranspose", ["x", "w"], ["y"], name="n", output_shape=[1]), [("x", F, [1, 3, 4, 4])], [f32("w", np.ones((3, 2, 3, 3)))])
+case("convt_outpad_big", N("ConvTranspose", ["x", "w"], ["y"], name="n", output_padding=[5, 5]), [("x", F, [1, 3, 4, 4])], [f32("w", np.ones((3, 2, 3, 3)))])
+case("convt_strides0", N("ConvTranspose", ["x", "w"], ["y"], name="n", strides=[0, 1]), [("x", F, [1, 3, 4, 4])], [f32("w", np.ones((3, 2, 3, 3)))])
