@@ -297,6 +297,9 @@ def dropout_training(attrs) -> bool:
 
 
 def _dropout_check(attrs) -> None:
+    ratio = attrs.get("ratio")
+    if ratio is not None and (np.size(ratio) != 1 or not 0 <= float(np.asarray(ratio).reshape(-1)[0]) < 1):
+        raise invalid_attr("Dropout", "ratio", ratio, "it must be one value in [0, 1) (as in onnxruntime).")
     if dropout_training(attrs):
         raise InvalidNode("Dropout in training mode with a ratio above 0 draws random numbers: the result "
                           "cannot match any other runtime.", "Export the model for inference (training_mode=False).")
