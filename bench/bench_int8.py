@@ -12,7 +12,7 @@ inputs are seeded (atc_py/zoo/int8.py).
 
 usage: python bench/bench_int8.py [--soc Ascend310P3] [--models resnet50,mobilenet_v2,bert_base]
                                   [--forms qdq,qoperator,amct] [--calibration 8] [--samples 8]
-                                  [--workdir DIR]
+                                  [--workdir DIR] [--reuse]
 """
 from __future__ import annotations
 
@@ -87,6 +87,8 @@ def main() -> int:
     parser.add_argument("--calibration", type=int, default=8)
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--workdir", default="")
+    parser.add_argument("--reuse", action="store_true", help="keep the float and quantized ONNX files already in "
+                        "--workdir (they come from the same seeded flow) instead of exporting and quantizing again")
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="atc_int8_")
     print(f"soc {args.soc}, calibration {args.calibration} seeded inputs, accuracy over {args.samples}, "
@@ -94,7 +96,9 @@ def main() -> int:
     print(f"{'model':<14}{'build':<11}{'kernels':>8}{'int8':>6}{'latency us':>12}{'fps':>9}{'vs fp16':>9}"
           f"{'compile s':>10}  compare fp16 | fp32; accuracy vs float", flush=True)
     for name in args.models.split(","):
-        float_path = zoo.save(name, workdir)
+        float_path = os.path.join(workdir, f"{name}.onnx")
+        if not (args.reuse and os.path.exists(float_path)):
+            float_path = zoo.save(name, workdir)
         model = onnx.load(float_path)
         _, _, fp16 = build(float_path, os.path.join(workdir, f"{name}_fp16"), args.soc, "force_fp16")
         print(f"{name:<14}{'fp16':<11}{fp16.kernels_after:>8}{0:>6}{fp16.time_after_us:>12.1f}"
@@ -103,7 +107,8 @@ def main() -> int:
         samples = calibration_feeds(model, args.samples, seed=1000)
         for form in args.forms.split(","):
             q_path = os.path.join(workdir, f"{name}_{form}.onnx")
-            onnx.save(quantize(model, form, calibration), q_path)
+            if not (args.reuse and os.path.exists(q_path)):
+                onnx.save(quantize(model, form, calibration), q_path)
             start = time.perf_counter()
             om16, result, report = build(q_path, os.path.join(workdir, f"{name}_{form}"), args.soc, "force_fp16")
             seconds = time.perf_counter() - start

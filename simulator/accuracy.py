@@ -6,8 +6,8 @@ Why: an int8 model is deployed when it still answers like its float original.  H
 reports it as the accuracy drop on a dataset; here every inference of the run (the --input
 files, or the seeded random inputs) goes through the .om in the simulator and through
 onnxruntime on the float model, and per output we report the cosine similarity (mean and
-worst over the inferences) and the largest absolute difference; a classifier's [batch,
-classes] output also gets its top-1 agreement (rows whose argmax is the same).  No verdict:
+worst over the inferences) and the largest absolute difference; a classifier (one output,
+[batch, classes]) also gets its top-1 agreement (rows whose argmax is the same).  No verdict:
 what drop is acceptable is the user's call.
 """
 from __future__ import annotations
@@ -40,8 +40,9 @@ class OutputAccuracy:
                 f"max_abs_error {self.max_abs_error:.6g} over {self.inferences} inference(s)")
 
 
-def is_classifier(array: np.ndarray) -> bool:
-    return array.ndim == 2 and array.shape[1] > 1 and array.dtype.kind == "f"
+def is_classifier(array: np.ndarray, outputs: int) -> bool:
+    """A model's only output, [batch, classes] floats (BERT's 2-D pooler output is not one)."""
+    return outputs == 1 and array.ndim == 2 and array.shape[1] > 1 and array.dtype.kind == "f"
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -66,7 +67,7 @@ def measure(graph: Graph, outputs: list, references: list) -> list:
                 continue
             cosines.append(_cosine(g, r))
             max_abs = max(max_abs, float(np.max(np.abs(g.astype(np.float64) - r))) if r.size else 0.0)
-            if is_classifier(r):
+            if is_classifier(r, len(graph.outputs)):
                 agree += int(np.sum(np.argmax(g, axis=1) == np.argmax(r, axis=1)))
                 total += r.shape[0]
         if cosines:
