@@ -218,3 +218,20 @@ def test_other_custom_domain_is_refused():
     with pytest.raises(AtcError) as err:
         lower(model)
     assert err.value.code == "E16002" and "my.domain" in err.value.message
+
+
+@pytest.mark.parametrize("scalar_b", [True, False])
+def test_qlinear_add_rounds_where_mlas_rounds(scalar_b):
+    """BERT-base's GELU `Erf + 1` (its scales, measured): A_scale / C_scale = 1 - 5e-7 puts
+    many sums within float rounding of .5; the kernel follows MLAS's order of float32
+    operations, so every one of the 256 values of A rounds as onnxruntime rounds it."""
+    node = helper.make_node("QLinearAdd", ["a", "A_s", "A_z", "b", "B_s", "B_z", "C_s", "C_z"], ["c"],
+                            domain="com.microsoft")
+    b_shape = [1] if scalar_b else [256]
+    inits = [("A_s", np.array(0.007843129, np.float32)), ("A_z", np.array(-1, np.int8)),
+             ("B_s", np.array(0.007874016, np.float32)), ("B_z", np.array(0, np.int8)),
+             ("C_s", np.array(0.007843133, np.float32)), ("C_z", np.array(-128, np.int8))]
+    model = model_of([node], [vi("a", np.int8, [256]), vi("b", np.int8, b_shape)], [out("c")], inits, ms=True)
+    feeds = {"a": np.arange(-128, 128).astype(np.int8),
+             "b": np.full(b_shape, 127, np.int8) if scalar_b else RNG.integers(-128, 128, 256).astype(np.int8)}
+    assert_same(model, feeds)
