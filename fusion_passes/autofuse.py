@@ -8,13 +8,14 @@ each group into one kernel node.
 
 AUTOFUSE_FLAGS (read when the pass runs; "--k=v" items separated by ";"):
   --enable_autofuse=true|false      default true; false leaves the graph unfused
-  --autofuse_enable_pass=a,b        categories to switch on (all four are on by default)
+  --autofuse_enable_pass=a,b        categories to switch on (all five are on by default)
   --autofuse_disable_pass=a,b       categories to switch off
   --max_fusion_size=N               ops per group, default 64 (NF1004 beyond)
 Categories: pointwise (elementwise/broadcast chains), reduce (a reduce ending a chain),
-view (Reshape/Squeeze/Unsqueeze/Flatten inside a group), tail (Conv/MatMul/fused kernel
-absorbs the elementwise ops after it).  GE's other names (concat, slice, transpose, gather,
-split) are accepted but fuse nothing here: those ops stay boundaries (a warning says so).
+view (Reshape/Squeeze/Unsqueeze/Flatten inside a group), transpose (a Transpose inside a
+group: read or written through its permutation), tail (Conv/MatMul/fused kernel absorbs the
+elementwise ops after it).  GE's other names (concat, slice, gather, split) are accepted but
+fuse nothing here: those ops stay boundaries (a warning says so).
 
 Kernel naming: node attr ``kernel_name`` = ``autofused_<op>_<op>..._<hash8>`` (lower-cased
 op types in topological order, at most NAME_OPS of them, then ``_xN`` for the rest);
@@ -32,7 +33,7 @@ from typing import Optional, Union
 from codegen.fused.autofused import OP_TYPE, decode_subgraph, encode_subgraph
 from fusion_passes import autofuse_grouping as grouping
 from fusion_passes import reasons
-from fusion_passes.base import MISS_NODES_CAP, FusionPass, FusionResult, Match, Miss, fuse
+from fusion_passes.base import MISS_NODES_CAP, FusionPass, FusionResult, Match, Miss, describe, fuse
 from fusion_passes.switches import FusionSwitches, parse_env_flags
 from ge.errors import AtcError
 from ge.ir import Graph, Node, Value
@@ -41,7 +42,7 @@ from ge.ops.registry import TensorType
 FLAGS_ENV = "AUTOFUSE_FLAGS"
 DEFAULT_MAX_FUSION_SIZE = 64
 NAME_OPS = 6
-GE_ONLY_CATEGORIES = ("concat", "slice", "transpose", "gather", "split")
+GE_ONLY_CATEGORIES = ("concat", "slice", "gather", "split")
 _KNOWN_KEYS = ("enable_autofuse", "autofuse_enable_pass", "autofuse_disable_pass", "max_fusion_size")
 
 
@@ -180,8 +181,25 @@ class AutoFusePass(FusionPass):
         found = grouping.group_nodes(graph, flags.categories, flags.max_fusion_size, self.pass_name)
         result.misses.extend(found.misses)
         for group in found.groups:
-            if sum(grouping.launches(n) for n in group.members) >= 2:
-                yield self._group_match(group.members)
+            if sum(grouping.launches(n) for n in group.members) < 2:
+                continue
+            if group.anchor is not None and not any(grouping.role(n) in (grouping.POINTWISE, grouping.REDUCE)
+                                                    for n in group.members):
+                result.misses.append(self._permutation_only(group))
+                continue
+            yield self._group_match(group.members)
+
+    def _permutation_only(self, group) -> Miss:
+        """An anchored group whose epilogue is only a permutation stays as it was: the anchor's
+        own pass owns its permuted stores (a conv block's, the attention kernel's head merge),
+        and a named kernel keeps its identity unless elementwise work joins it."""
+        anchor = group.anchor
+        moved = [n for n in group.members if n is not anchor and grouping.launches(n)]
+        return Miss(reasons.UNSUPPORTED_VARIANT, self.pass_name, anchor.name,
+                    [(n.name, n.op_type) for n in group.members][:MISS_NODES_CAP],
+                    f"only a permutation ({', '.join(f'{n.op_type} {n.name}' for n in moved)}) follows "
+                    f"{anchor.op_type} {anchor.name}: an anchored kernel takes a Transpose only with "
+                    "elementwise work after it", describe(list(anchor.outputs)))
 
     def _group_match(self, members: list):
         inputs, outputs = kernel_io(members)

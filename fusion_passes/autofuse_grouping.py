@@ -7,7 +7,13 @@ Roles (from the registry's OpKind):
 - ``pointwise``: ELEMWISE and BROADCAST ops; they chain freely.
 - ``reduce``: REDUCE ops; a group may end in one, and nothing in the group reads its output.
 - ``view``: INJECTIVE ops that launch no task (Reshape/Squeeze/Unsqueeze/Flatten); they may sit
-  inside a group.  Every other INJECTIVE op (Transpose, Concat, Slice, Gather...) is a boundary.
+  inside a group.
+- ``transpose``: a Transpose joins a group like a pointwise op (GE autofuse's category of that
+  name; TVM's FuseOps fuses injective ops the same way): the kernel reads or writes its tensor
+  through the permutation, the element count is the iteration space's, so no tensor moves
+  through global memory for it alone (ConvNeXt's NHWC->NCHW permute between the second MLP
+  GEMM and its layer scale + residual Add).  Every other INJECTIVE op (Concat, Slice,
+  Gather...) is a boundary.
 - ``tail``: an OUT_EWISE_FUSABLE op (Conv, MatMul, Gemm, pools, named fused kernels) may
   start a group and absorb the elementwise epilogue after it; it never takes a prologue.
 - OPAQUE ops (and autofused kernels) never join a group.
@@ -40,8 +46,8 @@ from ge.ops.common import broadcast_shape
 from ge.ops.registry import OpKind
 from ge.symbolic import Dim, SymbolicDimError, provably
 
-POINTWISE, REDUCE, VIEW, TAIL = "pointwise", "reduce", "view", "tail"
-CATEGORIES = (POINTWISE, REDUCE, VIEW, TAIL)
+POINTWISE, REDUCE, VIEW, TRANSPOSE, TAIL = "pointwise", "reduce", "view", "transpose", "tail"
+CATEGORIES = (POINTWISE, REDUCE, VIEW, TRANSPOSE, TAIL)
 AUTOFUSED_OP = "AutofusedKernel"
 
 
@@ -65,6 +71,8 @@ def raw_role(node: Node) -> Optional[str]:
         return REDUCE
     if kind == OpKind.INJECTIVE and kernel.no_task and len(node.outputs) == 1:
         return VIEW
+    if node.op_type == "Transpose" and len(node.outputs) == 1:
+        return TRANSPOSE
     if kind == OpKind.OUT_EWISE_FUSABLE and len(node.outputs) == 1:
         return TAIL
     return None

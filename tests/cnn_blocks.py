@@ -14,13 +14,16 @@ Each model strings several blocks so one export per exporter covers a family of 
   upsampling);
 - ``dense``: two DenseNet dense blocks (torchvision's cat-of-the-list dense layers) with a
   transition, ShuffleNetV2 units (stride 2 and 1, channel shuffle) and an Inception-style
-  head (four branches concatenated, pooled, classified).
+  head (four branches concatenated, pooled, classified);
+- ``convnext``: torchvision's ConvNeXt stage opening (LayerNorm2d through permutes, a 2x2
+  stride-2 conv) and two CNBlocks (depthwise 7x7, permute to NHWC, LayerNorm, Linear, GELU,
+  Linear, permute back, layer scale, residual Add).
 """
 from __future__ import annotations
 
 import warnings
 
-MODELS = ("activations", "mobile", "grouped", "dense")
+MODELS = ("activations", "mobile", "grouped", "dense", "convnext")
 EXPORTERS = ("torchscript", "dynamo")
 BATCH, IMAGE = 2, 16
 
@@ -190,7 +193,34 @@ def _classes():
             x = torch.cat([b(x) for b in self.branches], 1)
             return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
-    return {"activations": Activations, "mobile": Mobile, "grouped": Grouped, "dense": Dense}
+    class LayerNorm2d(nn.LayerNorm):         # torchvision's: normalize channels through NHWC
+        def forward(self, x):
+            return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+    class CNBlock(nn.Module):                # torchvision's ConvNeXt block (stochastic depth off in eval)
+        def __init__(self, dim):
+            super().__init__()
+            self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+            self.norm = nn.LayerNorm(dim, eps=1e-6)
+            self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+            self.layer_scale = nn.Parameter(torch.rand(dim, 1, 1) + 0.5)
+
+        def forward(self, x):
+            y = self.fc2(F.gelu(self.fc1(self.norm(self.dwconv(x).permute(0, 2, 3, 1))))).permute(0, 3, 1, 2)
+            return x + self.layer_scale * y
+
+    class ConvNeXt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 8, 4, 4), LayerNorm2d(8, eps=1e-6))
+            self.stage1 = CNBlock(8)
+            self.down = nn.Sequential(LayerNorm2d(8, eps=1e-6), nn.Conv2d(8, 16, 2, 2))
+            self.stage2 = nn.Sequential(CNBlock(16), CNBlock(16))
+
+        def forward(self, x):
+            return self.stage2(self.down(self.stage1(self.stem(x))))
+
+    return {"activations": Activations, "mobile": Mobile, "grouped": Grouped, "dense": Dense, "convnext": ConvNeXt}
 
 
 def build(name: str):

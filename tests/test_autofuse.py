@@ -227,6 +227,45 @@ def test_anchor_takes_no_prologue_and_one_anchor_per_kernel():
     assert_matches_ort(model, graph)
 
 
+def _permuted_epilogue(epilogue: bool = True):
+    """ConvNeXt's block end: GEMM (+bias) on NHWC rows, permute back to NCHW, layer scale per
+    channel, residual Add -- or (epilogue=False) the permute alone after the GEMM."""
+    rng = np.random.default_rng(3)
+    net = Net()
+    x = net.input("x", [2, 3, 3, 8])
+    residual = net.input("r", [2, 8, 3, 3])
+    mm = net.op("MatMul", x, net.const(rng.standard_normal((8, 8)).astype(np.float32)))
+    y = net.op("Transpose", mm, perm=[0, 3, 1, 2])
+    if epilogue:
+        y = net.op("Add", residual, net.op("Mul", net.const(rng.random((8, 1, 1)).astype(np.float32) + 0.5), y))
+    return net.model(y)
+
+
+def test_a_transpose_joins_the_elementwise_tail_of_its_gemm():
+    model = _permuted_epilogue()
+    graph, stats = autofuse(model)
+    assert op_types(graph) == [KERNEL]
+    assert graph.nodes[0].attrs["member_ops"] == ["MatMul", "Transpose", "Mul", "Add"]
+    assert graph.nodes[0].attrs["anchor"] == "MatMul"
+    for precision in ("fp32", "fp16"):
+        assert_matches_ort(model, graph, precision=precision)
+    graph, stats = autofuse(model, "--autofuse_disable_pass=transpose")
+    assert op_types(graph) == ["MatMul", "Transpose", KERNEL] and "NF1006" in codes(stats)
+    assert graph.nodes[2].attrs["member_ops"] == ["Mul", "Add"]
+    assert_matches_ort(model, graph)
+
+
+def test_a_permutation_alone_is_no_epilogue():
+    """A kernel whose only epilogue would be a Transpose stays as its pass built it (a named
+    kernel keeps its identity); the miss says why."""
+    model = _permuted_epilogue(epilogue=False)
+    graph, stats = autofuse(model)
+    assert op_types(graph) == ["MatMul", "Transpose"]
+    [miss] = [m for m in stats.misses if m.code == "NF2006"]
+    assert "only a permutation" in miss.constraint and (stats.match_times, stats.effect_times) == (0, 0)
+    assert_matches_ort(model, graph)
+
+
 def test_disabling_reduce_keeps_the_chain_open():
     model = zoo.build("seed_mulreducesum", small=True)
     graph, stats = autofuse(model, "--autofuse_disable_pass=reduce")

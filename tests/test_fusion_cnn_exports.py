@@ -171,6 +171,24 @@ def _misses(stats, pass_name):
     return [(m.code, m.constraint) for m in stats[pass_name].misses]
 
 
+@pytest.mark.parametrize("exporter", cnn_blocks.EXPORTERS)
+def test_convnext_blocks_end_in_one_kernel(cnn_exports, exporter):
+    """Each CNBlock: the depthwise conv with its NHWC permute, LayerNorm + fc1 + GELU, and fc2
+    whose permute back to NCHW, layer scale and residual Add join its epilogue (autofuse's
+    transpose category).  The stage-opening 2x2 conv feeds the block's depthwise conv and its
+    residual Add: it stays a plain Conv kernel and ConvBNReLU says why (NF2001)."""
+    model, graph, stats = cnn_exports("convnext", exporter)
+    assert kernels(graph) == {"ConvBNReluFusionOp": 1, "LayerNormalization": 2, "Transpose": 2, "Conv": 1,
+                              "DepthwiseConvBNReluFusionOp": 3, "LayerNormMatMulFusionOp": 3, "AutofusedKernel": 3}
+    ends = [n for n in graph.nodes if n.op_type == "AutofusedKernel"]
+    assert all(n.attrs["anchor"] == "MatMulBiasFusionOp" for n in ends)
+    assert all(n.attrs["member_ops"][:4] == ["MatMulBiasFusionOp", "Transpose", "Mul", "Add"] for n in ends)
+    [down] = [n for n in graph.nodes if n.op_type == "Conv"]
+    assert any(m.code == "NF2001" and m.anchor in down.origin for m in stats["ConvBNReluFusionPass"].misses)
+    for precision in ("fp32", "fp16"):
+        assert_matches_ort(model, graph, precision=precision)
+
+
 def test_a_plain_conv_says_why_it_stays_plain():
     net = Net()
     x = net.input("x", [1, 4, 8, 8])
