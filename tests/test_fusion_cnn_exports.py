@@ -142,9 +142,9 @@ def kernels_with(model, graph, *onnx_types) -> list:
 @pytest.mark.parametrize("exporter", cnn_blocks.EXPORTERS)
 def test_dense_blocks_shuffle_and_inception_head(cnn_exports, exporter):
     model, graph, stats = cnn_exports("dense", exporter)
-    chunk = {"Slice": 2} if exporter == "torchscript" else {"Split": 1}     # ShuffleNet's x.chunk(2)
     assert kernels(graph) == {"ConvBNReluFusionOp": 10, "AutofusedKernel": 7, "ConvChainFusionOp": 3,
-                              "MaxPool": 1, "ConvPoolFCFusionOp": 1, **chunk}
+                              "MaxPool": 1, "ConvPoolFCFusionOp": 1, "Split": 1}   # ShuffleNet's x.chunk(2)
+    assert stats["CanonicalizePass"].by_rewrite.get("SlicesAsSplit", 0) == (exporter == "torchscript")
     for name, (op, kernel) in covering(model, graph).items():
         if op in ("Conv", "Concat", "Transpose", "AveragePool", "BatchNormalization"):
             assert kernel.provenance.get("pass"), (name, kernel.op_type)        # in a fused kernel
@@ -159,16 +159,6 @@ def test_dense_blocks_shuffle_and_inception_head(cnn_exports, exporter):
     assert head.attrs["concat_axis"] == 1 and head.attrs["concat_parts"] == 2      # the Inception-style head
     for precision in ("fp32", "fp16"):
         assert_matches_ort(model, graph, precision=precision)
-
-
-# -- misses, with their NF codes ----------------------------------------------------------------
-
-def _conv(net, x, cin, cout, k=1, **attrs):
-    return net.op("Conv", x, net.rand(cout, cin, k, k), net.rand(cout), pads=[k // 2] * 4, **attrs)
-
-
-def _misses(stats, pass_name):
-    return [(m.code, m.constraint) for m in stats[pass_name].misses]
 
 
 @pytest.mark.parametrize("exporter", cnn_blocks.EXPORTERS)
@@ -187,6 +177,16 @@ def test_convnext_blocks_end_in_one_kernel(cnn_exports, exporter):
     assert any(m.code == "NF2001" and m.anchor in down.origin for m in stats["ConvBNReluFusionPass"].misses)
     for precision in ("fp32", "fp16"):
         assert_matches_ort(model, graph, precision=precision)
+
+
+# -- misses, with their NF codes ----------------------------------------------------------------
+
+def _conv(net, x, cin, cout, k=1, **attrs):
+    return net.op("Conv", x, net.rand(cout, cin, k, k), net.rand(cout), pads=[k // 2] * 4, **attrs)
+
+
+def _misses(stats, pass_name):
+    return [(m.code, m.constraint) for m in stats[pass_name].misses]
 
 
 def test_a_plain_conv_says_why_it_stays_plain():
@@ -306,3 +306,27 @@ def test_a_cropped_conv_is_a_conv_with_less_padding(starts, ends, fused):
     assert op_types(graph) == (["GroupConvBNReluFusionOp"] if fused else ["Conv", "Slice", "Gelu"])
     for precision in ("fp32", "fp16"):
         assert_matches_ort(model, graph, precision=precision)
+
+
+@pytest.mark.parametrize("ranges,axis,split", [
+    ([(0, 3), (3, 6)], 1, [3, 3]),                # TorchScript's x.chunk(2, dim=1)
+    ([(4, 6), (0, 1), (1, 4)], 1, [1, 3, 2]),     # any order, unequal pieces
+    ([(0, 3), (4, 6)], 1, None),                  # a gap: not a split
+    ([(0, 4), (3, 6)], 1, None),                  # an overlap: not a split
+    ([(0, 3), (3, 6)], 3, None),                  # not the channels (rotate_half's halves stay Slices)
+])
+def test_slices_tiling_the_channels_are_one_split(ranges, axis, split):
+    net = Net()
+    x = net.input("x", [1, 6, 2, 6])
+    r = net.op("Relu", x)
+    outs = [net.op("Sigmoid", net.op("Slice", r, net.const(np.array([a])), net.const(np.array([b])),
+                                     net.const(np.array([axis])))) for a, b in ranges]
+    graph, stats = fuse_model(model := net.model(*outs), passes=[CanonicalizePass])
+    assert stats["CanonicalizePass"].by_rewrite.get("SlicesAsSplit", 0) == (split is not None)
+    if split is None:
+        assert op_types(graph).count("Slice") == len(ranges)
+    else:
+        [node] = [n for n in graph.nodes if n.op_type == "Split"]
+        assert "Slice" not in op_types(graph) and list(node.attrs["split"]) == split and node.attrs["axis"] == 1
+    assert_matches_ort(model, graph)
+

@@ -38,6 +38,7 @@ from fusion_passes.canonical.rewrite import Rewrite
 from fusion_passes.canonical.rotary import RotaryEmbedding, RotaryPrefix
 from fusion_passes.canonical.score_scale import ScoreScale
 from fusion_passes.canonical.slice_noop import SliceNoop
+from fusion_passes.canonical.slices_as_split import SlicesAsSplit
 from fusion_passes.canonical.softmax_guard import SoftmaxNanGuard
 from fusion_passes.canonical.swish import Swish
 from fusion_passes.canonical.view_chains import ReshapeChain, TransposeChain
@@ -72,6 +73,7 @@ REWRITES: tuple = (
     SoftmaxNanGuard(),      # Where(IsNaN(softmax), 0, softmax) -> softmax, when proved a no-op
     RotaryEmbedding(),      # x*cos + rotate_half(x)*sin -> RotaryEmbedding(x)
     RotaryPrefix(),         # cat(x[:, :, :p], rope(x[:, :, p:])) -> RotaryEmbedding(x)
+    SlicesAsSplit(),        # TorchScript's channel chunk (ShuffleNetV2): Slices tiling the channels -> Split
 )
 
 
