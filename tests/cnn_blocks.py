@@ -17,13 +17,16 @@ Each model strings several blocks so one export per exporter covers a family of 
   head (four branches concatenated, pooled, classified);
 - ``convnext``: torchvision's ConvNeXt stage opening (LayerNorm2d through permutes, a 2x2
   stride-2 conv) and two CNBlocks (depthwise 7x7, permute to NHWC, LayerNorm, Linear, GELU,
-  Linear, permute back, layer scale, residual Add).
+  Linear, permute back, layer scale, residual Add);
+- ``ghost``: timm's GhostNet bottleneck with stride 2 and squeeze-excite (ghost modules: a
+  primary conv and a cheap depthwise conv concatenated; the linear stride-2 depthwise conv
+  feeding the SE; a depthwise + pointwise shortcut).
 """
 from __future__ import annotations
 
 import warnings
 
-MODELS = ("activations", "mobile", "grouped", "dense", "convnext")
+MODELS = ("activations", "mobile", "grouped", "dense", "convnext", "ghost")
 EXPORTERS = ("torchscript", "dynamo")
 BATCH, IMAGE = 2, 16
 
@@ -220,7 +223,44 @@ def _classes():
         def forward(self, x):
             return self.stage2(self.down(self.stage1(self.stem(x))))
 
-    return {"activations": Activations, "mobile": Mobile, "grouped": Grouped, "dense": Dense, "convnext": ConvNeXt}
+    class GhostModule(nn.Module):            # timm's GhostModule (ratio 2, dw 3x3)
+        def __init__(self, cin, cout, relu):
+            super().__init__()
+            self.out = cout
+            act = [nn.ReLU()] if relu else []
+            self.primary = nn.Sequential(nn.Conv2d(cin, cout // 2, 1, bias=False), nn.BatchNorm2d(cout // 2), *act)
+            self.cheap = nn.Sequential(nn.Conv2d(cout // 2, cout // 2, 3, 1, 1, groups=cout // 2, bias=False),
+                                       nn.BatchNorm2d(cout // 2), *act)
+
+        def forward(self, x):
+            x1 = self.primary(x)
+            return torch.cat([x1, self.cheap(x1)], 1)[:, :self.out]
+
+    class GhostSE(nn.Module):                # timm's SqueezeExcite with hard_sigmoid gate
+        def __init__(self, c):
+            super().__init__()
+            self.reduce, self.expand = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
+
+        def forward(self, x):
+            s = self.expand(F.relu(self.reduce(x.mean((2, 3), keepdim=True))))
+            return x * F.hardsigmoid(s)
+
+    class Ghost(nn.Module):                  # timm's GhostBottleneck, stride 2 with SE
+        def __init__(self):
+            super().__init__()
+            self.stem = conv_bn(3, 16, 3, act=nn.ReLU())
+            self.ghost1 = GhostModule(16, 32, relu=True)
+            self.conv_dw = conv_bn(32, 32, 3, 2, groups=32)
+            self.se = GhostSE(32)
+            self.ghost2 = GhostModule(32, 24, relu=False)
+            self.shortcut = nn.Sequential(conv_bn(16, 16, 3, 2, groups=16), conv_bn(16, 24, 1))
+
+        def forward(self, x):
+            x = self.stem(x)
+            return self.ghost2(self.se(self.conv_dw(self.ghost1(x)))) + self.shortcut(x)
+
+    return {"activations": Activations, "mobile": Mobile, "grouped": Grouped, "dense": Dense, "convnext": ConvNeXt,
+            "ghost": Ghost}
 
 
 def build(name: str):

@@ -179,6 +179,24 @@ def test_convnext_blocks_end_in_one_kernel(cnn_exports, exporter):
         assert_matches_ort(model, graph, precision=precision)
 
 
+@pytest.mark.parametrize("exporter", cnn_blocks.EXPORTERS)
+def test_ghost_bottleneck_chains_the_linear_depthwise_conv_into_its_squeeze_excite(cnn_exports, exporter):
+    """GhostNet's stride-2 bottleneck: the linear depthwise conv and the SE that pools it are
+    one ConvChain kernel (the conv's output also written, for the gated ghost conv after it);
+    every Conv of the block is in a fused kernel."""
+    model, graph, stats = cnn_exports("ghost", exporter)
+    assert kernels(graph) == {"ConvBNReluFusionOp": 3, "DepthwiseConvBNReluFusionOp": 2, "ConvChainFusionOp": 2}
+    [se_chain] = [n for n in graph.nodes if n.attrs.get("second_op") == "SqueezeExcitationFusionOp"]
+    assert se_chain.attrs["first_op"] == "Conv" and se_chain.attrs["emit_first"] == 1
+    [gated] = [n for n in graph.nodes if n.attrs.get("input_scale")]
+    assert gated.inputs[0] is se_chain.outputs[1] and se_chain.outputs[0] in gated.inputs
+    for name, (op, kernel) in covering(model, graph).items():
+        if op == "Conv":
+            assert kernel.provenance.get("pass"), (name, kernel.op_type)
+    for precision in ("fp32", "fp16"):
+        assert_matches_ort(model, graph, precision=precision)
+
+
 # -- misses, with their NF codes ----------------------------------------------------------------
 
 def _conv(net, x, cin, cout, k=1, **attrs):
@@ -330,3 +348,17 @@ def test_slices_tiling_the_channels_are_one_split(ranges, axis, split):
         assert "Slice" not in op_types(graph) and list(node.attrs["split"]) == split and node.attrs["axis"] == 1
     assert_matches_ort(model, graph)
 
+
+def test_a_conv_chain_never_waits_for_itself():
+    """Depthwise conv -> SE (switched off: its ops stay) gating the 1x1 conv after it: chaining
+    the depthwise conv with that 1x1 conv would need the gate computed from the chain's own
+    first output (NF1002)."""
+    net = Net()
+    x = net.input("x", [1, 8, 6, 6])
+    dw = net.op("Conv", x, net.rand(8, 1, 3, 3), net.rand(8), pads=[1] * 4, group=8)
+    s = _conv(net, net.op("Relu", _conv(net, net.op("ReduceMean", dw, axes=[2, 3]), 8, 2)), 2, 8)
+    y = net.op("Relu", _conv(net, net.op("Mul", dw, net.op("HardSigmoid", s)), 8, 4))
+    graph, stats = fuse_model(model := net.model(y), disabled_ops=["SqueezeExcitationFusionOp"])
+    assert "ConvChainFusionOp" not in op_types(graph)
+    assert [m.code for m in stats["ConvChainFusionPass"].misses] == ["NF1002"]
+    assert_matches_ort(model, graph)

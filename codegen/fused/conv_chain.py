@@ -11,7 +11,8 @@ if something else reads it (`emit_first`).
 Inputs: the first part's inputs, then the second's with its input 0 (the first's output,
 handed over on chip) left empty: [first inputs... (`split` of them), None, second inputs 1...].
 Attributes: ``first_op`` / ``second_op`` (Conv or a conv-block op type of
-codegen/fused/conv.py), their attributes prefixed ``a_`` / ``b_``, ``split``,
+codegen/fused/conv.py; the second may also be a SqueezeExcitationFusionOp, whose pooling
+sums the first's output tiles as they come), their attributes prefixed ``a_`` / ``b_``, ``split``,
 ``emit_first`` (1: the first part's output is also written, as output 1).
 Numerics: each part is its own kernel's compute; the intermediate is rounded to the data
 dtype in between, as the cube reads it (float16 in force_fp16).
