@@ -5,7 +5,10 @@ tests/fuzz/corpus/, where tests/test_fuzz.py replays them on every run).
 
     python tests/fuzz/run_fuzz.py --om 20000 --onnx 2000 --seed 1 --jobs 2 --out /tmp/fuzz
 
-Prints one summary line per kind and exits 1 if any case was bad.
+Prints one summary line per kind and exits 1 if any case was bad.  Every result is also
+appended to --out/results.jsonl as it arrives, so an interrupted run keeps its figures:
+
+    python tests/fuzz/run_fuzz.py --summarize /tmp/fuzz
 """
 from __future__ import annotations
 
@@ -83,6 +86,24 @@ def _onnx_batch(args) -> list:
     return results
 
 
+def _record(out: str, kind: str, batch: list) -> None:
+    with open(os.path.join(out, "results.jsonl"), "a") as f:
+        for index, verdict, codes, detail, case, seconds in batch:
+            f.write(json.dumps({"kind": kind, "index": index, "bad": verdict, "codes": codes,
+                                "detail": detail if verdict else "", "case": case if verdict else None,
+                                "seconds": round(seconds, 2)}, default=str) + "\n")
+
+
+def _recorded(out: str) -> dict:
+    """kind -> result tuples, read back from results.jsonl."""
+    found: dict = collections.defaultdict(list)
+    with open(os.path.join(out, "results.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            found[r["kind"]].append((r["index"], r["bad"], r["codes"], r["detail"], r["case"], r["seconds"]))
+    return found
+
+
 def _summarize(kind: str, results: list, out: str) -> dict:
     bad = collections.Counter(r[1] for r in results if r[1])
     codes = collections.Counter(c for r in results for c in set(r[2]))
@@ -107,7 +128,11 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "atc_fuzz"))
     p.add_argument("--address_space", type=int, default=ADDRESS_SPACE)
+    p.add_argument("--summarize", metavar="OUT", help="summarize OUT/results.jsonl of a (possibly interrupted) run")
     args = p.parse_args(argv)
+    if args.summarize:
+        summaries = [_summarize(kind, results, args.summarize) for kind, results in sorted(_recorded(args.summarize).items())]
+        return 1 if any(s["bad"] for s in summaries) else 0
     os.makedirs(args.out, exist_ok=True)
     started = time.monotonic()
     summaries = []
@@ -117,10 +142,16 @@ def main(argv=None) -> int:
         om_results = []
         for batch in pool.imap_unordered(_om_batch, batches):
             om_results.extend(batch)
+            _record(args.out, "om", batch)
             print(f"om: {len(om_results)}/{args.om} cases", file=sys.stderr, flush=True)
-        per = [args.onnx // args.jobs + (1 if i < args.onnx % args.jobs else 0) for i in range(args.jobs)]
-        onnx_batches = [(n, args.seed * 100 + i, args.out) for i, n in enumerate(per) if n]
-        onnx_results = [r for batch in pool.imap_unordered(_onnx_batch, onnx_batches) for r in batch]
+        # batches of 50 drawn from their own seeds, so results arrive (and are kept) as they go
+        sizes = [min(50, args.onnx - start) for start in range(0, args.onnx, 50)]
+        onnx_batches = [(n, args.seed * 100 + i, args.out) for i, n in enumerate(sizes)]
+        onnx_results = []
+        for batch in pool.imap_unordered(_onnx_batch, onnx_batches):
+            onnx_results.extend(batch)
+            _record(args.out, "onnx", batch)
+            print(f"onnx: {len(onnx_results)}/{args.onnx} cases", file=sys.stderr, flush=True)
     summaries.append(_summarize("om", om_results, args.out))
     summaries.append(_summarize("onnx", onnx_results, args.out))
     print(json.dumps({"seconds": round(time.monotonic() - started), "jobs": args.jobs, "seed": args.seed,

@@ -7,6 +7,7 @@ without taking the test run down with it.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -90,8 +91,22 @@ def run_tool(tool: str, args: list, cwd: str, *, timeout: float = TIME_LIMIT, ad
             time.sleep(0.01)
         out.seek(0)
         text, peak, _ = peak_rss.split(out.read())
-    return Outcome(proc.returncode, text.decode("utf-8", "replace"), time.monotonic() - start, timed_out,
-                   (peak or 0) / (1 << 20))
+    outcome = Outcome(proc.returncode, text.decode("utf-8", "replace"), time.monotonic() - start, timed_out,
+                      (peak or 0) / (1 << 20))
+    _log(tool, args, outcome)
+    return outcome
+
+
+def _log(tool: str, args: list, outcome: Outcome) -> None:
+    """With ATC_SANDBOX_LOG=FILE, one JSON line per sandboxed run (for RELIABILITY.md's
+    figures: the peak memory and the time of every hostile case the tests try)."""
+    path = os.environ.get("ATC_SANDBOX_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"tool": tool, "args": [str(a)[:120] for a in args], "rc": outcome.rc,
+                                "verdict": outcome.verdict, "codes": sorted(set(outcome.codes)),
+                                "seconds": round(outcome.seconds, 2), "max_rss_mb": round(outcome.max_rss_mb, 1)})
+                    + "\n")
 
 
 def leftovers(folder: str) -> list:
