@@ -4,8 +4,8 @@ prompt's prefill then 8 decode steps, feeding each step's present back as the ne
 matches onnxruntime at every step; the report and the profile show prefill vs per-token time.
 
 Tiny configs (2 layers, hidden 32): Llama and Qwen2 (grouped-query attention, rotary) and
-GPT-2, with the TorchScript exporter; Llama also with dynamo (a dynamo export takes ~20 s;
-bench/bench_decoder.py runs all six exports)."""
+GPT-2, with the TorchScript exporter; Llama and GPT-2 also with dynamo (a dynamo export takes
+~20 s; bench/bench_decoder.py runs all six exports)."""
 from __future__ import annotations
 
 import os
@@ -19,7 +19,8 @@ import exporters
 from simulator import cli as sim_cli
 from simulator import decode
 
-CASES = [("llama", "torchscript"), ("qwen2", "torchscript"), ("gpt2", "torchscript"), ("llama", "dynamo")]
+CASES = [("llama", "torchscript"), ("qwen2", "torchscript"), ("gpt2", "torchscript"), ("llama", "dynamo"),
+         ("gpt2", "dynamo")]
 STEPS = 8
 
 
