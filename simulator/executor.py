@@ -150,6 +150,9 @@ class Plan:
 # (never copied), and converting them all at load (fp32 weights, fp16 kernels) held a second
 # copy of them -- 6.6 GB for a 4.4 GB 1.1B-parameter decoder; small models keep the fast path.
 PREPARED_CONVERSION_BYTES = 256 << 20
+# The mapped pages a conversion read are dropped this often (they would otherwise all be
+# resident at the end of preparing, the converted copies on top).
+_RELEASE_EVERY_BYTES = 32 << 20
 
 
 def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None) -> Plan:
@@ -166,6 +169,7 @@ def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None)
     steps = []
     converted: dict = {}
     room = PREPARED_CONVERSION_BYTES
+    unreleased = 0
     for index, node in enumerate(graph.nodes):
         dtype = dtype_of(node) if dtype_of else None
         args = []
@@ -180,6 +184,10 @@ def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None)
                     elif v.const.size * np.dtype(dtype).itemsize <= room:
                         converted[key] = (True, _to(v.const, dtype))
                         room -= converted[key][1].nbytes
+                        unreleased += v.const.nbytes
+                        if unreleased >= _RELEASE_EVERY_BYTES:
+                            release_mapped()
+                            unreleased = 0
                     else:
                         converted[key] = (None, v.const)              # converted by each forward
                 args.append(converted[key])
