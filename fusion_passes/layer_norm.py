@@ -31,12 +31,12 @@ from ge.ops.common import normalize_axis
 FUSED_OP = "LayerNormalization"
 
 
-def _user(value: Value, op_type: str, test=lambda node: True) -> Optional[Node]:
+def user_of(value: Value, op_type: str, test=lambda node: True) -> Optional[Node]:
     """The first consumer of `value` of type `op_type` passing `test`."""
     return next((u for u in value.consumers if u.op_type == op_type and test(u)), None)
 
 
-def _reduce_axes(node: Node, rank: int) -> Optional[list]:
+def reduce_axes(node: Node, rank: int) -> Optional[list]:
     """Normalized, sorted axes of a ReduceMean; None for an empty no-op reduction."""
     axes = node.attrs.get("axes")
     if axes is None or len(axes) == 0:
@@ -49,7 +49,7 @@ class AffineParam(NamedTuple):
     array: np.ndarray        # its values in the normalized shape
 
 
-def _affine_param(node: Optional[Node], value: Value, x: Value, k: int) -> Optional[AffineParam]:
+def affine_param(node: Optional[Node], value: Value, x: Value, k: int) -> Optional[AffineParam]:
     """The constant other operand of `node` (Mul or Add applied to `value`), or None if it is
     not a per-normalized-element parameter."""
     if node is None:
@@ -72,6 +72,16 @@ def _affine_param(node: Optional[Node], value: Value, x: Value, k: int) -> Optio
     return AffineParam(pair.other, np.ascontiguousarray(np.broadcast_to(trailing, shape[rank - k:])))
 
 
+def affine_constant(graph: Graph, found: Optional[AffineParam], name: str, default) -> Value:
+    """The norm's gamma/beta input: the model's own constant when it already has the
+    normalized shape, else a new one (`default` when the pattern had none)."""
+    if found is None:
+        return graph.constant(name, default)
+    if tuple(found.value.const.shape) == found.array.shape:
+        return found.value
+    return graph.constant(name, found.array)
+
+
 class LayerNormFusionPass(FusionPass):
     pattern_name = "LayerNorm"
     pass_name = "LayerNormFusionPass"
@@ -80,24 +90,24 @@ class LayerNormFusionPass(FusionPass):
 
     def match(self, graph: Graph, rm1: Node):
         x, mean = rm1.inputs[0], rm1.outputs[0]
-        sub = _user(mean, "Sub", lambda n: n.inputs[0] is x and n.inputs[1] is mean)
+        sub = user_of(mean, "Sub", lambda n: n.inputs[0] is x and n.inputs[1] is mean)
         if sub is None:
             return None
         d = sub.outputs[0]
-        sq = _user(d, "Pow", lambda n: n.inputs[0] is d) or \
-            _user(d, "Mul", lambda n: n.inputs[0] is d and n.inputs[1] is d)
-        rm2 = sq and _user(sq.outputs[0], "ReduceMean")
-        add = rm2 and _user(rm2.outputs[0], "Add")
-        sqrt = add and _user(add.outputs[0], "Sqrt")
+        sq = user_of(d, "Pow", lambda n: n.inputs[0] is d) or \
+            user_of(d, "Mul", lambda n: n.inputs[0] is d and n.inputs[1] is d)
+        rm2 = sq and user_of(sq.outputs[0], "ReduceMean")
+        add = rm2 and user_of(rm2.outputs[0], "Add")
+        sqrt = add and user_of(add.outputs[0], "Sqrt")
         if sqrt is None:
             return None
         std = sqrt.outputs[0]
-        div = _user(std, "Div", lambda n: n.inputs[0] is d and n.inputs[1] is std)
+        div = user_of(std, "Div", lambda n: n.inputs[0] is d and n.inputs[1] is std)
         recip = None
         if div is None:
-            recip = _user(std, "Reciprocal")
+            recip = user_of(std, "Reciprocal")
             r = recip and recip.outputs[0]
-            div = recip and _user(r, "Mul", lambda n: operands(n, lambda v: v is d) is not None
+            div = recip and user_of(r, "Mul", lambda n: operands(n, lambda v: v is d) is not None
                                   and operands(n, lambda v: v is d).other is r)
             if div is None:
                 return None
@@ -111,12 +121,12 @@ class LayerNormFusionPass(FusionPass):
                 return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, rm1, core,
                                  f"ReduceMean {rm.name} must keep the reduced axes (keepdims=1), "
                                  f"it has keepdims={rm.attrs.get('keepdims')}", [x, rm.outputs[0]])
-        axes = _reduce_axes(rm1, rank)
+        axes = reduce_axes(rm1, rank)
         if axes is None or axes != list(range(rank - len(axes), rank)):
             return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, rm1, core,
                              f"ReduceMean axes must be the trailing axes of the input, got "
                              f"{rm1.attrs.get('axes')} on rank {rank}", [x])
-        if _reduce_axes(rm2, rank) != axes:
+        if reduce_axes(rm2, rank) != axes:
             return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, rm1, core,
                              f"both ReduceMeans must reduce the same axes, got {rm1.attrs.get('axes')} "
                              f"and {rm2.attrs.get('axes')}", [x])
@@ -147,7 +157,7 @@ class LayerNormFusionPass(FusionPass):
         for op_type in ("Mul", "Add"):          # optional gamma, then optional beta
             step = single_consumer(out)
             step = step if step is not None and step.op_type == op_type else None
-            param = _affine_param(step, out, x, k)
+            param = affine_param(step, out, x, k)
             params.append(param)
             if param is not None:
                 nodes.append(step)
@@ -169,21 +179,12 @@ class LayerNormFusionPass(FusionPass):
         dtype = np.dtype(x.desc.dtype)
         shape = tuple(x.desc.shape[match.axis:])
         base = match.nodes[0].name.rsplit("/", 1)[0] or match.nodes[0].name
-        inputs = [x, self._param(graph, match.gamma, f"{base}/LayerNorm.gamma", np.ones(shape, dtype))]
+        inputs = [x, affine_constant(graph, match.gamma, f"{base}/LayerNorm.gamma", np.ones(shape, dtype))]
         if match.beta is not None:
-            inputs.append(self._param(graph, match.beta, f"{base}/LayerNorm.beta", None))
+            inputs.append(affine_constant(graph, match.beta, f"{base}/LayerNorm.beta", None))
         return fuse(graph, match.nodes, FUSED_OP, inputs, match.outputs,
                     {"axis": match.axis, "epsilon": match.epsilon}, self.pass_name,
                     name=f"{base}/LayerNormalization")
-
-    @staticmethod
-    def _param(graph: Graph, found: Optional[AffineParam], name: str, default) -> Value:
-        """The model's own constant when it already has the normalized shape, else a new one."""
-        if found is None:
-            return graph.constant(name, default)
-        if tuple(found.value.const.shape) == found.array.shape:
-            return found.value
-        return graph.constant(name, found.array)
 
 
 @dataclass

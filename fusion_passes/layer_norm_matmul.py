@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from codegen.fused.epilogue import ACT_PREFIX, EPILOGUE_ATTRS
 from codegen.fused.gemm import MATMUL_BIAS_OPS
-from codegen.fused.layer_norm import OP_TYPE
+from codegen.fused.layer_norm import NORM_ATTRS, OP_TYPE
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse
 from fusion_passes.linear import linear_at
@@ -51,7 +51,7 @@ class LayerNormMatMulFusionPass(FusionPass):
             matmuls = [u for u in norm.consumers if u.op_type == "MatMul" and u.inputs[0] is norm]
             if matmuls:
                 return self.miss(reasons.NON_CONSTANT, ln, [ln, matmuls[0]],
-                                 "the MatMul reading the LayerNorm needs a constant 2-D weight",
+                                 f"the MatMul reading the {ln.op_type} needs a constant 2-D weight",
                                  [matmuls[0].inputs[1]])
             return None
         gemm = readers[0]
@@ -59,7 +59,7 @@ class LayerNormMatMulFusionPass(FusionPass):
         rank = len(norm.desc.shape)
         if normalize_axis(int(ln.attrs.get("axis", -1)), rank) != rank - 1:
             return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, ln, nodes,
-                             f"the LayerNorm must normalize the last axis only (the GEMM's K), "
+                             f"the {ln.op_type} must normalize the last axis only (the GEMM's K), "
                              f"it has axis={ln.attrs.get('axis')} on rank {rank}", [norm])
         if any(v.uses or v.is_graph_output for v in ln.outputs[1:]):
             return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, ln, nodes,
@@ -69,7 +69,7 @@ class LayerNormMatMulFusionPass(FusionPass):
                              "the GEMM reads the normalized tensor again (bias/residual input), "
                              "fusing would create a cycle", [norm])
         emit = norm.is_graph_output or len(norm.consumers) > 1
-        return LayerNormGemmMatch(nodes, OP_TYPE, [gemm.outputs[0]] + ([norm] if emit else []),
+        return LayerNormGemmMatch(nodes, self.fused_ops[0], [gemm.outputs[0]] + ([norm] if emit else []),
                                   ln=ln, gemm=gemm, emit_normalized=emit)
 
     def rewrite(self, graph: Graph, match: "LayerNormGemmMatch") -> Node:
@@ -79,13 +79,14 @@ class LayerNormMatMulFusionPass(FusionPass):
         inputs = ln_in + gemm_in
         while inputs and inputs[-1] is None:
             inputs.pop()
-        attrs = {"axis": -1, "epsilon": float(ln.attrs.get("epsilon", 1e-5)), "activation": "",
-                 "emit_normalized": int(match.emit_normalized)}
+        attrs = {k: ln.attrs[k] for k in NORM_ATTRS if k in ln.attrs}
+        attrs.update({"axis": -1, "epsilon": float(ln.attrs.get("epsilon", 1e-5)), "activation": "",
+                      "emit_normalized": int(match.emit_normalized)})
         if gemm.op_type != "MatMul":            # a fused GEMM: its epilogue comes along
             attrs.update({k: v for k, v in gemm.attrs.items() if k in EPILOGUE_ATTRS or k.startswith(ACT_PREFIX)})
         base = gemm.name.rsplit("/", 1)[0] or gemm.name
-        return fuse(graph, match.nodes, OP_TYPE, inputs, match.outputs, attrs, self.pass_name,
-                    name=f"{base}/{OP_TYPE}")
+        return fuse(graph, match.nodes, match.fused_op, inputs, match.outputs, attrs, self.pass_name,
+                    name=f"{base}/{match.fused_op}")
 
 
 @dataclass

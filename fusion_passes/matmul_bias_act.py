@@ -4,15 +4,17 @@ MatMulBias*FusionOp (the op type names the activation; see codegen/fused/gemm.py
 Pattern (anchor: the MatMul of a linear layer, fusion_passes/linear.py -- Gemm and GPT-2's
 Conv1D reach it as MatMul + Add after canonicalization):
     y = MatMul(x, W) + b       W constant 2-D, b constant broadcast on the last axis, either
-                               operand order
+                               operand order; b optional when an activation or a residual
+                               follows (decoder LLMs' linears have no bias)
     y = act(y)                 optional: any canonical activation op (codegen/fused/epilogue.py;
                                the canonical stage has already turned decomposed GELU, SiLU,
                                QuickGelu, HardSwish... into their ops)
     y = y + r                  optional residual: r from elsewhere, same shape
-A MatMul without a bias Add is not a candidate.  Misses: the product has other readers
-(NF2001), weight not constant (NF2002) or not 2-D / bias not a last-axis vector (NF2004), a
-bias of another dtype (NF2005), a Gemm the canonical form left (transA=1: NF2003) followed
-by what would be its epilogue; escaping intermediates and cycles are refused by the pass
+A MatMul with nothing to absorb is not a candidate; one whose product only meets a residual
+Add is (Llama's o_proj and down_proj + residual: an empty bias slot).  Misses: the product
+has other readers (NF2001), weight not constant (NF2002) or not 2-D / bias not a last-axis
+vector (NF2004), a bias of another dtype (NF2005), a Gemm the canonical form left
+(transA=1: NF2003) followed by what would be its epilogue; escaping intermediates and cycles are refused by the pass
 runner (fusion_passes/base.py).  An activation with other readers of its input is simply
 not absorbed (the GEMM+bias still is).
 """
@@ -53,7 +55,7 @@ class MatMulBiasActFusionPass(FusionPass):
         if mm.op_type == "Gemm":
             return self._left_gemm(mm)
         linear = linear_at(mm)
-        if linear is None or linear.bias is None:
+        if linear is None:
             return self._without_bias(mm)
         nodes, out = list(linear.nodes), linear.output
         act = match_activation(out)
@@ -70,6 +72,8 @@ class MatMulBiasActFusionPass(FusionPass):
             residual = r
             nodes.append(radd)
             out = radd.outputs[0]
+        if linear.bias is None and not activation and residual is None:
+            return self._without_bias(mm)
         return GemmMatch(nodes, fused_op_type(activation), [out], linear=linear, activation=activation,
                          residual=residual)
 
@@ -115,7 +119,7 @@ class MatMulBiasActFusionPass(FusionPass):
         linear = match.linear
         mm = linear.matmul
         bias = linear.bias
-        if tuple(bias.const.shape) != (linear.width,):
+        if bias is not None and tuple(bias.const.shape) != (linear.width,):
             bias = graph.constant(f"{mm.name}/bias", linear.bias_vector())
         inputs = SLOTS.pack(x=linear.x, w=linear.weight, bias=bias, residual=match.residual)
         attrs = dict(match.activation) or {"activation": ""}
@@ -125,7 +129,7 @@ class MatMulBiasActFusionPass(FusionPass):
 
 @dataclass
 class GemmMatch(Match):
-    """A linear layer with its bias [+ activation] [+ residual Add]."""
+    """A linear layer [with its bias] [+ activation] [+ residual Add] (at least one of the three)."""
 
     linear: Linear
     activation: dict          # the epilogue's activation attrs ({} for none)

@@ -20,6 +20,7 @@ from fusion_passes.conv_chain import ConvChainFusionPass
 from fusion_passes.conv_pool_fc import ConvPoolFCFusionPass
 from fusion_passes.depthwise_conv import DepthwiseConvBNReluFusionPass
 from fusion_passes.dilated_conv import DilatedConvBNReluFusionPass
+from fusion_passes.gated_mlp import GatedMlpFusionPass
 from fusion_passes.group_conv import GroupConvBNReluFusionPass
 from fusion_passes.layer_norm import LayerNormFusionPass
 from fusion_passes.layer_norm_matmul import LayerNormMatMulFusionPass
@@ -28,6 +29,8 @@ from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
 from fusion_passes.quant_attention import QuantAttentionFusionPass
 from fusion_passes.quant_conv_bn_relu import QuantConvBNReluFusionPass
 from fusion_passes.quant_matmul_bias_act import QuantMatMulBiasActFusionPass
+from fusion_passes.rms_norm import RmsNormFusionPass
+from fusion_passes.rms_norm_matmul import RmsNormMatMulFusionPass
 from fusion_passes.squeeze_excitation import SqueezeExcitationFusionPass
 from fusion_passes.switches import FusionSwitches
 from ge.ir import Graph
@@ -49,9 +52,12 @@ def fusion_passes(switches: Optional[FusionSwitches] = None,
         ConvPoolFCFusionPass(switches),
         ConvChainFusionPass(switches),            # a conv still plain joins the 1x1 conv next to it
         LayerNormFusionPass(switches),
+        RmsNormFusionPass(switches),            # after LayerNorm: a LayerNorm's variance is an RMS of x - mean
         MultiHeadAttentionFusionPass(switches),
+        GatedMlpFusionPass(switches),           # before MatMulBiasAct takes the gate GEMM + its activation
         MatMulBiasActFusionPass(switches),
         LayerNormMatMulFusionPass(switches),
+        RmsNormMatMulFusionPass(switches),
         AutoFusePass(switches, autofuse_flags),
     ]
     # canonical forms serve the passes: with every pass switched off the graph stays as written

@@ -265,16 +265,16 @@ class ExportCache:
             self._models[key] = onnx.load(self.path(*key))
         return self._models[key]
 
-    def attention(self, name: str, exporter: str, attn: str) -> onnx.ModelProto:
+    def attention(self, name: str, exporter: str, attn: str, dtype: str = "float32") -> onnx.ModelProto:
         """An attention family (ATTENTION) exported with `exporter` and attention implementation
-        `attn` ("sdpa": transformers' default, or "eager")."""
-        key = ("attention", name, exporter, attn)
+        `attn` ("sdpa": transformers' default, or "eager"), in float32 or "float16"."""
+        key = ("attention", name, exporter, attn, dtype)
         if key not in self._models:
-            tag = f"{name}_{exporter}_{attn}"
+            tag = f"{name}_{exporter}_{attn}" + ("" if dtype == "float32" else f"_{dtype}")
             path = os.path.join(self.root, tag, f"{tag}.onnx")
             if not os.path.exists(path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                _export(build_attention(name, attn), exporter, path)
+                _export(build_attention(name, attn, dtype), exporter, path)
             self._models[key] = onnx.load(path)
         return self._models[key]
 
@@ -285,7 +285,8 @@ class ExportCache:
 # batch 2, 8 tokens with padding in the first sequence), with transformers' default
 # attention ("sdpa", F.scaled_dot_product_attention) or its explicit form ("eager").
 # What each family exercises: bert -- SDPA's split Q/K scale and NaN guard; llama --
-# grouped-query attention (2 KV heads) and rotary embeddings; t5 -- no scale, a relative
+# grouped-query attention (2 KV heads) and rotary embeddings, and a decoder block's RMSNorm
+# and SwiGLU MLP; qwen2 -- the same with Q/K/V biases; t5 -- no scale, a relative
 # position bias; bart -- cross-attention; gpt_neox -- partial rotary, QKV interleaved per
 # head; deberta -- a relative bias computed from Q and K (eager only in transformers);
 # swin -- window attention with a position bias and the shifted-window mask added through
@@ -301,6 +302,7 @@ TINY = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, num_hid
 ATTENTION = {
     "bert": ("BertConfig", "BertModel", TINY, "text"),
     "llama": ("LlamaConfig", "LlamaModel", dict(TINY, num_key_value_heads=2), "text"),
+    "qwen2": ("Qwen2Config", "Qwen2Model", dict(TINY, num_key_value_heads=2), "text"),
     "t5": ("T5Config", "T5EncoderModel", dict(d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=1,
                                               vocab_size=64), "text"),
     "bart": ("BartConfig", "BartModel", dict(d_model=32, encoder_attention_heads=4, decoder_attention_heads=4,
@@ -325,8 +327,9 @@ ATTN_IMPLS = ("sdpa", "eager")
 ATTENTION_SHAPE = dict(batch=2, seq=8, image=32)
 
 
-def build_attention(name: str, attn: str):
-    """(module in eval mode, example inputs, input names) of an ATTENTION family."""
+def build_attention(name: str, attn: str, dtype: str = "float32"):
+    """(module in eval mode, example inputs, input names) of an ATTENTION family; "float16"
+    gives the half-precision model (a decoder's RMSNorm then has its Cast-to-float32 wrapper)."""
     import torch
     torch.manual_seed(0)
     config_cls, model_cls, config, kind = ATTENTION[name]
@@ -339,6 +342,8 @@ def build_attention(name: str, attn: str):
             cfg.use_cache = False
         model = getattr(tf, model_cls)._from_config(cfg, attn_implementation=attn)
     _perturb_parameters(model)
+    if dtype == "float16":
+        model = model.half()
     args, names = _attention_inputs(kind)
     return (_LastHidden.wrap(model.eval(), names).eval() if config_cls is not None else model.eval()), args, names
 

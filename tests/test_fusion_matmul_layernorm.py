@@ -323,15 +323,31 @@ def test_gemm_whose_reshapes_regroup_rows_is_a_matmul_of_x_then_a_view():
     check_numbers(model, graph)
 
 
-def test_matmul_without_bias_is_not_a_candidate_and_a_gemm_is_matmul_plus_bias():
+def test_a_bare_matmul_is_not_a_candidate_and_a_gemm_is_matmul_plus_bias():
     net = Net(17)
     a = net.op("MatMul", net.input("x", [3, 8]), net.rand(8, 4))
     b = net.op("Gemm", a, net.rand(4, 4), net.rand(4))
-    model = net.model(net.op("Relu", net.op("MatMul", b, net.rand(4, 4))))
+    model = net.model(net.op("MatMul", b, net.rand(4, 4)))
     graph, stats = fuse_model(model, passes=MBA)
-    assert op_types(graph) == ["MatMul", "MatMulBiasFusionOp", "MatMul", "Relu"]
+    assert op_types(graph) == ["MatMul", "MatMulBiasFusionOp", "MatMul"]
     assert stats_of(stats, "MatMulBiasActFusionPass") == (1, 1)
     check_numbers(model, graph)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_matmul_without_bias_takes_its_activation_and_residual(precision):
+    """Decoder LLMs' linears have no bias: MatMul -> act, and MatMul -> residual Add (Llama's
+    o_proj/down_proj) are one kernel with an empty bias slot."""
+    net = Net(17)
+    x = net.input("x", [2, 3, 8])
+    h = net.op("Relu", net.op("MatMul", x, net.rand(8, 8)))
+    model = net.model(net.op("Add", x, net.op("MatMul", h, net.rand(8, 8))))
+    graph, stats = fuse_model(model, passes=MBA)
+    assert op_types(graph) == ["MatMulBiasReluFusionOp", "MatMulBiasFusionOp"]
+    assert all(n.inputs[2] is None for n in graph.nodes)
+    assert graph.nodes[1].inputs[3].name == "x"
+    assert stats_of(stats, "MatMulBiasActFusionPass") == (2, 2)
+    assert_matches_ort(model, graph, {"x": RNG.standard_normal((2, 3, 8)).astype(np.float32)}, precision=precision)
 
 
 def test_gelu_with_wrong_constant_is_not_absorbed():

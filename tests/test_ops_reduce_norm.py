@@ -9,6 +9,7 @@ import pytest
 from codegen.registry import kernel_of
 from ge.ops.registry import OpKind, TensorType, get_op
 from ge.errors import AtcError
+from helpers import run_ort_op
 from test_ops_elementwise import RNG, check_op, normal, positive
 
 REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
@@ -136,6 +137,29 @@ def test_layer_norm(axis, bias):
     check_op("LayerNormalization", inputs, attrs, opset=17)
 
 
+@pytest.mark.parametrize("axis", [None, -1, 1])
+def test_rms_norm(axis):
+    """ONNX RMSNormalization (opset 23; transformers' RMSNorm) and onnxruntime's
+    SimplifiedLayerNormalization (the same in the ONNX domain of its optimizer's graphs)."""
+    shape = (2, 3, 8)
+    norm_shape = shape[(axis if axis is not None else -1):]
+    inputs = [normal(*shape) * 3 + 1, normal(*norm_shape)]
+    attrs = {"epsilon": 1e-4} if axis is None else {"axis": axis}
+    check_op("RMSNormalization", inputs, attrs, opset=23)
+    for dtype, tol in ((np.float32, 1e-6), (np.float16, 1e-3)):
+        data = [a.astype(dtype) for a in inputs]
+        expected = run_ort_op("SimplifiedLayerNormalization", data, attrs, opset=17, n_outputs=2)
+        got = get_op("SimplifiedLayerNormalization").compute(data, attrs)
+        for g, e in zip(got, expected):      # Y, then inv_std_var (float32, normalized axes kept as 1)
+            assert (g.dtype, g.shape) == (e.dtype, e.shape)
+            np.testing.assert_allclose(g.astype(np.float32), e.astype(np.float32), rtol=tol, atol=tol)
+
+
+def test_rms_norm_refuses_a_scale_that_does_not_fit():
+    with pytest.raises(AtcError, match="scale"):
+        get_op("RMSNormalization").infer([TensorType(np.float32, (2, 8)), TensorType(np.float32, (3,))], {})
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 4, 5), (2, 4, 7)])
 def test_instance_norm(shape):
     c = shape[1]
@@ -192,6 +216,6 @@ def test_registered_kinds_and_config_inputs():
     for name in REDUCE_OPS:
         assert get_op(name).config_inputs == ((1, "axes"),), name
     assert get_op("BatchNormalization").kind == OpKind.BROADCAST
-    for name in ["Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization",
+    for name in ["Softmax", "LogSoftmax", "LayerNormalization", "RMSNormalization", "InstanceNormalization",
                  "GroupNormalization", "LRN"]:
         assert get_op(name).kind == OpKind.OPAQUE, name

@@ -14,6 +14,10 @@ Kernel attributes (the same names on every cube kernel):
   unfused activations are one function.
 - ``residual_after_act``: 1 when the residual Add follows the activation (a transformer's
   ``x + act(W·y + b)``); otherwise the Add comes first (ResNet's ``relu(conv + x)``).
+- ``gate``: 1 for a gated linear unit (SwiGLU, GeGLU, ReGLU: a decoder's gated MLP).  The
+  accumulator's last axis holds two halves [g | u] (the gate and up projections packed into
+  one weight, each with its half of the bias); the epilogue writes ``act(g) * u``, half as
+  wide, and the residual (if any) after it.
 
 Float16 rule (the cube's): float16 data is widened to float32 once; the product accumulates
 in float32 and bias, residual and activation run on that float32 accumulator; the kernel
@@ -37,7 +41,10 @@ from ge.ops.registry import TensorType, get_op
 ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Swish",
                "Mish", "Elu")
 ACT_PREFIX = "act_"
-EPILOGUE_ATTRS = ("activation", "residual_after_act")     # and every ACT_PREFIX attr
+EPILOGUE_ATTRS = ("activation", "residual_after_act", "gate")     # and every ACT_PREFIX attr
+# a gated unit's name by its activation's (as codegen/fused/gemm.py names activations)
+GLU_NAMES = {"Swish": "SwiGlu", "Gelu": "GeGlu", "FastGelu": "FastGeGlu", "Relu": "ReGlu", "Sigmoid": "Glu",
+             "": "Bilinear"}
 
 
 def accumulate_dtype(dtype) -> np.dtype:
@@ -73,21 +80,32 @@ def activation_of(attrs: dict, op_type: str = "cube kernel") -> Optional[tuple]:
     return act, with_impl(attrs, op_attrs)
 
 
+def gated(attrs: dict) -> bool:
+    return bool(int(attrs.get("gate", 0)))
+
+
 def apply(acc: np.ndarray, attrs: dict, bias: Optional[np.ndarray] = None,
           residual: Optional[np.ndarray] = None, data_dtype=None) -> np.ndarray:
-    """bias, residual and activation on the accumulator `acc` (in its dtype); `bias` must
-    already broadcast on it (a conv's per-channel vector reshaped by the caller)."""
+    """bias, residual and activation (and the gate) on the accumulator `acc` (in its dtype);
+    `bias` must already broadcast on it (a conv's per-channel vector reshaped by the caller)."""
     ct = acc.dtype
     if bias is not None:
         acc = acc + bias.astype(ct, copy=False)
-    after = int(attrs.get("residual_after_act", 0))
+    gate = gated(attrs)
+    after = int(attrs.get("residual_after_act", 0)) or gate
     if residual is not None and not after:
         acc = acc + residual.astype(ct, copy=False)
+    up = None
+    if gate:
+        half = acc.shape[-1] // 2
+        acc, up = acc[..., :half], acc[..., half:]
     act = activation_of(attrs)
     if act is not None:
         op_type, op_attrs = act
         x = acc.astype(data_dtype, copy=False) if data_dtype is not None and own_dtype_inside(op_attrs) else acc
         acc = get_op(op_type).compute([x], op_attrs)[0].astype(ct, copy=False)
+    if up is not None:
+        acc = acc * up
     if residual is not None and after:
         acc = acc + residual.astype(ct, copy=False)
     return acc
@@ -98,13 +116,18 @@ def work(out: TensorType, attrs: dict, bias: bool, residual: bool, bias_is_a_sta
     """Vector work of the epilogue on an output of type `out`, and the on-chip bytes of the
     intermediates the unfused graph would have written: one output-sized tile per epilogue
     stage (the bias when it was its own op -- MatMul + Add, not Conv or Gemm --, the
-    residual Add, the activation), at least `min_stages` (a conv block keeps its
-    accumulator tile on chip whatever follows)."""
+    residual Add, the activation; a gate's two halves and their product), at least
+    `min_stages` (a conv block keeps its accumulator tile on chip whatever follows).  A
+    gated epilogue's accumulator is twice `out` wide: its bias runs on both halves."""
     w = Work()
     stages = 0
+    halves = 2 if gated(attrs) else 1
     if bias:
-        w.add_vector("alu", out.size)
-        stages += int(bias_is_a_stage)
+        w.add_vector("alu", halves * out.size)
+        stages += halves * int(bias_is_a_stage)
+    if halves == 2:
+        w.add_vector("alu", out.size)             # act(g) * u
+        stages += 2                               # the g and u halves the two GEMMs wrote
     if residual:
         w.add_vector("alu", out.size)
         stages += 1

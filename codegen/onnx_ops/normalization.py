@@ -1,7 +1,9 @@
 """Kernels of the softmax family and the normalization layers (ge/ops/normalization.py).
 
 Statistic norms (Layer/Instance/Group): sum, sub, square, sum, scale by rstd per element,
-plus the affine map; mean, var and rsqrt per normalized group.
+plus the affine map; mean, var and rsqrt per normalized group.  RMS norms (RMSNormalization,
+onnxruntime's SimplifiedLayerNormalization): square, sum, scale by rstd per element, plus
+the scale; mean-square + eps and rsqrt per row (no mean to subtract).
 """
 from __future__ import annotations
 
@@ -32,6 +34,14 @@ def _layer_norm_work(inputs, outputs, attrs):
     return _norm_work(outputs, rows, 1 + has_bias)
 
 
+def _rms_norm_work(inputs, outputs, attrs):
+    shape = inputs[0].shape
+    axis = axis_attr("RMSNormalization", attrs, len(shape), -1)
+    rows = int(np.prod(shape[:axis], dtype=np.int64))
+    return (Work().add_vector("alu", 4 * outputs[0].size)
+            .add_vector("alu", 2 * rows).add_vector("div", 2 * rows))
+
+
 def _instance_norm_work(inputs, outputs, attrs):
     return _norm_work(outputs, inputs[0].shape[0] * inputs[0].shape[1], 2)
 
@@ -48,6 +58,8 @@ register("Softmax", by_impl(per_element(alu=3, transcendental=1, div=1), per_ele
 register("LogSoftmax", per_element(alu=4, transcendental=1))
 register("BatchNormalization", _batch_norm_work, "BatchNorm")
 register("LayerNormalization", _layer_norm_work, "LayerNorm")
+register("RMSNormalization", _rms_norm_work, "RmsNorm")
+register("SimplifiedLayerNormalization", _rms_norm_work)
 register("InstanceNormalization", _instance_norm_work, "InstanceNorm")
 register("GroupNormalization", _group_norm_work)
 # square, window sum (cumsum + diff), mul, add, pow (log+exp), div

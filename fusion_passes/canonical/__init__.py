@@ -30,6 +30,7 @@ from fusion_passes.canonical.gelu_tanh import GeluTanh
 from fusion_passes.canonical.gemm_as_matmul import GemmAsMatMul
 from fusion_passes.canonical.hard_sigmoid import HardSigmoid
 from fusion_passes.canonical.hard_swish import HardSwish
+from fusion_passes.canonical.identity_gather import IdentityGather
 from fusion_passes.canonical.linear_batchnorm import BatchNormIntoLinear
 from fusion_passes.canonical.linear_views import ViewAboveLinear, ViewBelowLinear
 from fusion_passes.canonical.mish import Mish
@@ -37,6 +38,7 @@ from fusion_passes.canonical.quant_views import QuantizedView
 from fusion_passes.canonical.rewrite import Rewrite
 from fusion_passes.canonical.rotary import RotaryEmbedding, RotaryPrefix
 from fusion_passes.canonical.score_scale import ScoreScale
+from fusion_passes.canonical.simplified_layer_norm import SimplifiedLayerNorm
 from fusion_passes.canonical.slice_noop import SliceNoop
 from fusion_passes.canonical.slices_as_split import SlicesAsSplit
 from fusion_passes.canonical.softmax_guard import SoftmaxNanGuard
@@ -59,6 +61,9 @@ REWRITES: tuple = (
     ConcatSingle(), ConcatPrefix(),
     SliceNoop(),            # timm's GhostModule slices its concat to the channels it already has
     ConvCrop(),             # Wav2Vec2's positional conv drops its last step: less end padding
+    # decoders: onnxruntime's RMS norm op -> RMSNormalization; a gather of every element in order
+    # (the padding mask) -> Reshape
+    SimplifiedLayerNorm(), IdentityGather(),
     # views, linear layers and attention idioms
     ViewAsReshape(),        # Squeeze/Unsqueeze/Flatten -> Reshape
     QuantizedView(),        # DQ -> views -> Q (same scale) -> the views on the int8 tensor

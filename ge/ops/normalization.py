@@ -186,6 +186,77 @@ def _instance_norm_infer(inputs, attrs):
     return same_as_input(inputs, attrs)
 
 
+def _rms_axes(op_type: str, attrs: dict, rank: int) -> tuple:
+    return tuple(range(axis_attr(op_type, attrs, rank, -1), rank))
+
+
+def _rms(a: np.ndarray, axes: tuple, eps: float) -> np.ndarray:
+    """1 / sqrt(mean(a^2) + eps) over `axes`, kept for broadcasting."""
+    return 1.0 / np.sqrt(np.mean(a * a, axis=axes, keepdims=True) + a.dtype.type(eps))
+
+
+def _stash(x: np.ndarray, attrs: dict) -> np.ndarray:
+    """x in the precision the statistics are computed in: float32 (stash_type 1, the
+    default) or x's own type (any other stash_type: ONNX allows only 1 for float16 data in
+    practice, and a narrower stash only loses accuracy)."""
+    return x.astype(np.float32) if int(attrs.get("stash_type", 1)) == 1 and x.dtype == np.float16 else x
+
+
+def _check_scale(op_type: str, x, scale, axes: tuple) -> None:
+    normalized = tuple(x.shape[axes[0]:]) if axes else ()
+    try:
+        ok = np.broadcast_shapes(tuple(scale.shape), normalized) == normalized
+    except ValueError:
+        ok = False
+    if not ok:
+        raise invalid_attr(op_type, "scale", list(scale.shape),
+                           f"it must broadcast to the normalized shape {list(normalized)}.",
+                           "Give the scale the shape of the normalized axes.")
+
+
+def _rms_norm(inputs, attrs):
+    """ONNX RMSNormalization (opset 23): Normalized = X / sqrt(mean(X^2) + eps) over the axes
+    from `axis` on, computed in float32 (stash_type 1), cast back to X's type, then times
+    Scale in X's type -- transformers' LlamaRMSNorm op for op."""
+    x, scale = inputs[0], inputs[1]
+    axes = _rms_axes("RMSNormalization", attrs, x.ndim)
+    _check_scale("RMSNormalization", x, scale, axes)
+    a = _stash(x, attrs)
+    normalized = (a * _rms(a, axes, float(attrs.get("epsilon", 1e-5)))).astype(x.dtype, copy=False)
+    return [(normalized * scale.astype(x.dtype, copy=False)).astype(x.dtype, copy=False)]
+
+
+def _rms_norm_infer(op_type: str):
+    def infer(inputs, attrs):
+        x, scale = inputs[0], inputs[1]
+        axes = _rms_axes(op_type, attrs, len(x.shape))
+        _check_scale(op_type, x, scale, axes)
+        out = same_as_input(inputs, attrs)
+        if op_type == "SimplifiedLayerNormalization":     # optional inv_std_var, float32, kept dims
+            kept = tuple(d if i < len(x.shape) - len(axes) else 1 for i, d in enumerate(x.shape))
+            out.append(TensorType(np.dtype(np.float32), kept))
+        return out
+    return infer
+
+
+def _simplified_layer_norm(inputs, attrs):
+    """onnxruntime's SimplifiedLayerNormalization (an RMSNorm its transformer optimizer
+    writes, in the ONNX domain): like RMSNormalization, but the scale is applied in float32
+    before the one rounding to X's type; second output inv_std_var (float32)."""
+    x, scale = inputs[0], inputs[1]
+    axes = _rms_axes("SimplifiedLayerNormalization", attrs, x.ndim)
+    _check_scale("SimplifiedLayerNormalization", x, scale, axes)
+    a = x.astype(np.float32)
+    inv = _rms(a, axes, float(attrs.get("epsilon", 1e-5)))
+    return [(a * inv * scale.astype(np.float32)).astype(x.dtype, copy=False), inv.astype(np.float32)]
+
+
+register(OpDef(op_type="RMSNormalization", kind=OpKind.OPAQUE, compute=_rms_norm,
+               infer=_rms_norm_infer("RMSNormalization")))
+register(OpDef(op_type="SimplifiedLayerNormalization", kind=OpKind.OPAQUE, compute=_simplified_layer_norm,
+               infer=_rms_norm_infer("SimplifiedLayerNormalization")))
+
+
 register(OpDef(op_type="InstanceNormalization", kind=OpKind.OPAQUE, compute=_instance_norm,
                infer=_instance_norm_infer))
 
