@@ -7,7 +7,8 @@ Roles (from the registry's OpKind):
 - ``pointwise``: ELEMWISE and BROADCAST ops; they chain freely.
 - ``reduce``: REDUCE ops; a group may end in one, and nothing in the group reads its output.
 - ``view``: INJECTIVE ops that launch no task (Reshape/Squeeze/Unsqueeze/Flatten); they may sit
-  inside a group.
+  inside a group, and a tensor the group reads only through views fits the group's iteration
+  space when the views do.
 - ``transpose``: a Transpose joins a group like a pointwise op (GE autofuse's category of that
   name; TVM's FuseOps fuses injective ops the same way): the kernel reads or writes its tensor
   through the permutation, the element count is the iteration space's, so no tensor moves
@@ -98,6 +99,16 @@ def _fits(shape: tuple, space: tuple) -> bool:
         return tuple(broadcast_shape(tuple(shape), tuple(space))) == tuple(space)
     except InvalidNode:
         return False
+
+
+def _viewed_fitting(node: Node, members: list, space: tuple) -> bool:
+    """True when the group reads `node`'s output only through views that fit the space (a
+    decoder's [B, S] mask cast, then viewed [B, 1, 1, S] and broadcast over [B, 1, S, S]):
+    the kernel addresses the same elements through the view, whatever shape they had."""
+    ids = {id(m) for m in members}
+    readers = [user for value in node.outputs for user, _ in value.uses if id(user) in ids]
+    return bool(readers) and all(role(user) == VIEW and _fits(tuple(user.outputs[0].desc.shape), space)
+                                 for user in readers)
 
 
 @dataclass
@@ -205,7 +216,7 @@ def _check(p: Group, g: Group, consumer: Node, categories: set, max_size: int) -
         if node is reduce:
             continue
         shape = tuple(node.outputs[0].desc.shape)
-        if not _fits(shape, space):
+        if not _fits(shape, space) and not _viewed_fitting(node, merged.members, space):
             return (reasons.SHAPE_INCOMPATIBLE, f"{node.op_type} {node.name} produces {list(shape)}, which does "
                     f"not broadcast into the kernel's iteration space {list(space)}")
     return None

@@ -178,16 +178,34 @@ def test_view_inside_a_group_and_incompatible_space():
     r = net.op("Reshape", net.op("Relu", x), net.const(np.array([8, 8], np.int64)))
     ok = net.op("Mul", r, net.const(np.full((1, 8), 2.0, np.float32)))     # same elements: a view
     a = net.input("a", [4, 4])
-    flat = net.op("Reshape", net.op("Neg", a), net.const(np.array([16], np.int64)))
-    bad = net.op("Add", flat, net.const(np.ones((3, 1), np.float32)))     # [3, 16]: [4, 4] does not fit
+    rows = net.op("Reshape", net.op("Neg", a), net.const(np.array([2, 8], np.int64)))
+    flat = net.op("Reshape", net.op("Exp", rows), net.const(np.array([16], np.int64)))
+    bad = net.op("Add", flat, net.const(np.ones((3, 1), np.float32)))     # [3, 16]: [4, 4] and [2, 8] do not fit
     model = net.model(ok, bad)
     graph, stats = autofuse(model)
     members = [n.attrs["member_ops"] for n in kernels(graph)]
     assert ["Relu", "Reshape", "Mul"] in members
-    assert not any("Add" in m for m in members)
+    assert ["Neg", "Reshape", "Exp", "Reshape"] in members and not any("Add" in m for m in members)
     incompatible = [m for m in stats.misses if m.code == "NF1008"]
     assert len(incompatible) == 1 and "[4, 4]" in incompatible[0].constraint
     assert_matches_ort(model, graph)
+
+
+def test_a_tensor_read_through_a_fitting_view_joins_the_group():
+    """A decoder's padding mask: Cast [B, S] -> view [B, 1, 1, S] -> And with the causal
+    [1, 1, S, S] -> Where: the cast is read only through the view, which broadcasts into
+    the kernel's [B, 1, S, S], so the whole mask is one kernel."""
+    net = Net()
+    mask = net.input("mask", [2, 8], onnx.TensorProto.INT64)
+    view = net.op("Reshape", net.op("Cast", mask, to=onnx.TensorProto.BOOL), net.const(np.array([2, 1, 1, 8], np.int64)))
+    causal = net.const(np.tril(np.ones((1, 1, 8, 8), bool)))
+    keep = net.op("And", view, causal)
+    model = net.model(net.op("Where", keep, net.const(np.float32(0.0)), net.const(np.float32(-1e9))))
+    graph, stats = autofuse(model)
+    assert [n.attrs["member_ops"] for n in kernels(graph)] == [["Cast", "Reshape", "And", "Where"]]
+    assert stats.misses == []
+    feeds = {"mask": np.array([[1] * 8, [1] * 5 + [0] * 3], np.int64)}
+    assert_matches_ort(model, graph, feeds)
 
 
 def test_matmul_tail_and_graph_output_intermediate():

@@ -21,6 +21,7 @@ import pytest
 
 import exporters
 from builder import Net
+from codegen.registry import kernel_of
 from fusion_passes.canonical import CanonicalizePass
 from fusion_passes.gated_mlp import GatedMlpFusionPass
 from fusion_passes.rms_norm import RmsNormFusionPass
@@ -84,6 +85,29 @@ def test_every_rms_norm_is_one_op(exports, case):
         _compare(exports, case, graph, precision)
 
 
+# Every kernel of a one-layer decoder: the embedding Gather, the padding/causal mask (one
+# autofused kernel), the attention (MHA: test_attention_exports.py), and the blocks here.
+_LLAMA = {"Gather": 1, "AutofusedKernel": 1, "MultiHeadAttentionFusionOp": 1,
+          "RMSNormalization": 2,              # before attention (the MHA kernel takes Q/K/V) and the final norm
+          "MatMulBiasFusionOp": 2,            # o_proj + residual, down_proj + residual
+          "RmsNormMatMulFusionOp": 1}         # post-attention norm + packed gate|up GEMM + SwiGLU
+KERNELS = {"llama": _LLAMA, "qwen2": _LLAMA,
+           "gpt_neox": {"Gather": 1, "AutofusedKernel": 2, "MultiHeadAttentionFusionOp": 1,
+                        "LayerNormalization": 2,          # before attention, and the final norm
+                        "LayerNormMatMulFusionOp": 1,     # post-attention norm + fc1 + GELU
+                        "MatMulBiasFusionOp": 1}}         # fc2 (+ attention output: the parallel residual)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_every_kernel_of_the_decoder(exports, case):
+    graph, _ = _fused(exports, case)
+    launched = {}
+    for node in graph.nodes:
+        if not kernel_of(node.op_type).no_task:
+            launched[node.op_type] = launched.get(node.op_type, 0) + 1
+    assert launched == KERNELS[case[0]]
+
+
 @pytest.mark.parametrize("case", RMS_CASES, ids=[IDS[CASES.index(c)] for c in RMS_CASES])
 def test_rms_norm_and_gated_mlp_blocks(exports, case):
     """Per layer: post-attention RMSNorm + packed gate|up GEMM + SwiGLU = one RmsNormMatMul
@@ -145,21 +169,24 @@ def test_mask_gathers_are_views(exports, case):
     _compare(exports, case, graph, "fp32")
 
 
-@pytest.mark.parametrize("op_type,indices,axis,gathered", [
-    ("Gather", np.arange(6).reshape(1, 6), 1, True),
-    ("Gather", np.array([0, -5, 2, 3, 4, 5]), 1, True),         # -5 is 1
-    ("Gather", np.array([1, 0, 2, 3, 4, 5]), 1, False),         # a permutation: a real gather
-    ("Gather", np.arange(5), 1, False),                         # not every element
-    ("GatherND", np.stack(np.meshgrid(np.arange(4), np.arange(6), indexing="ij"), -1).reshape(1, 24, 2), 0, True),
-    ("GatherND", np.stack(np.meshgrid(np.arange(4), np.arange(6), indexing="xy"), -1).reshape(1, 24, 2), 0, False),
+_GRID = np.stack(np.meshgrid(np.arange(4), np.arange(6), indexing="ij"), -1)
+
+
+@pytest.mark.parametrize("op_type,indices,axis,expected", [
+    ("Gather", np.arange(6).reshape(1, 6), 1, ["Reshape", "Relu"]),
+    ("Gather", np.array([0, -5, 2, 3, 4, 5]), 1, ["Relu"]),            # -5 is 1; a same-shape view is no op
+    ("Gather", np.array([1, 0, 2, 3, 4, 5]), 1, ["Gather", "Relu"]),   # a permutation: a real gather
+    ("Gather", np.arange(5), 1, ["Gather", "Relu"]),                   # not every element
+    ("GatherND", _GRID.reshape(1, 24, 2), 0, ["Reshape", "Relu"]),
+    ("GatherND", _GRID.transpose(1, 0, 2).reshape(1, 24, 2), 0, ["GatherND", "Relu"]),   # column-major order
 ])
-def test_identity_gather(op_type, indices, axis, gathered):
+def test_identity_gather(op_type, indices, axis, expected):
     net = Net(17)
     x = net.input("x", [4, 6, 3])
     attrs = {"axis": axis} if op_type == "Gather" else {}
     model = net.model(net.op("Relu", net.op(op_type, x, net.const(indices.astype(np.int64)), **attrs)))
     graph, _ = fuse_model(model, passes=[CanonicalizePass])
-    assert op_types(graph) == (["Reshape", "Relu"] if gathered else [op_type, "Relu"])
+    assert op_types(graph) == expected
     assert_matches_ort(model, graph, {"x": np.random.default_rng(5).standard_normal((4, 6, 3)).astype(np.float32)})
 
 
