@@ -21,6 +21,7 @@ import pytest
 
 import exporters
 from builder import Net
+from codegen.fused.gemm import SLOTS
 from codegen.registry import kernel_of
 from fusion_passes.canonical import CanonicalizePass
 from fusion_passes.gated_mlp import GatedMlpFusionPass
@@ -69,8 +70,8 @@ def _gated_gemms(graph) -> list:
 
 def _residual_gemms(graph, k: int) -> list:
     """MatMulBias kernels with a residual input whose weight is [k, HIDDEN]."""
-    return [n for n in graph.nodes if n.op_type == "MatMulBiasFusionOp" and len(n.inputs) > 3
-            and n.inputs[3] is not None and tuple(n.inputs[1].desc.shape) == (k, HIDDEN)]
+    return [n for n in graph.nodes if n.op_type == "MatMulBiasFusionOp" and SLOTS.read(n.inputs)["residual"] is not None
+            and tuple(SLOTS.read(n.inputs)["w"].desc.shape) == (k, HIDDEN)]
 
 
 @pytest.mark.parametrize("case", RMS_CASES, ids=[IDS[CASES.index(c)] for c in RMS_CASES])

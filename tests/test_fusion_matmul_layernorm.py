@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from atc_py import zoo
-from codegen.fused.gemm import activation_name
+from codegen.fused.gemm import SLOTS, activation_name
 from codegen.om_builder import build_partitions
 from codegen.registry import kernel_of
 from ge.ops.registry import TensorType
@@ -344,8 +344,8 @@ def test_matmul_without_bias_takes_its_activation_and_residual(precision):
     model = net.model(net.op("Add", x, net.op("MatMul", h, net.rand(8, 8))))
     graph, stats = fuse_model(model, passes=MBA)
     assert op_types(graph) == ["MatMulBiasReluFusionOp", "MatMulBiasFusionOp"]
-    assert all(n.inputs[2] is None for n in graph.nodes)
-    assert graph.nodes[1].inputs[3].name == "x"
+    slots = [SLOTS.read(n.inputs) for n in graph.nodes]
+    assert [s["bias"] for s in slots] == [None, None] and slots[1]["residual"].name == "x"
     assert stats_of(stats, "MatMulBiasActFusionPass") == (2, 2)
     assert_matches_ort(model, graph, {"x": RNG.standard_normal((2, 3, 8)).astype(np.float32)}, precision=precision)
 
