@@ -10,7 +10,9 @@ The MLP: y = x + (act(norm(x)·Wg) ⊙ (norm(x)·Wu))·Wd, float16, RMSNorm firs
   rules (codegen/fused/), as the report prices them.
 - "2 GEMMs, 1 super kernel": the same pair launched as one super kernel.
 - "1 kernel, rows": the whole MLP as one kernel whose cores each own whole rows (all of I
-  and N for 16 rows): no cross-core traffic, parallelism ceil(rows/16).
+  and N for 16 rows): no cross-core traffic, so at most ceil(rows/16) cores work (priced on
+  the chip with that many AI cores: the cost model splits a product over every core it
+  has, and a row-owning kernel cannot).
 - "1 kernel, split I": cores split I; each multiplies its h slice by its rows of Wd and adds
   the partial [rows, N] sums across cores.  The cost model does not charge a cross-core
   combination; we charge each core's fp32 partial output as a write (the atomic adds), and
@@ -21,6 +23,7 @@ Llama-7B's (4096 -> 11008), from one token (decoding) to 2048 (prefill).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -76,6 +79,11 @@ def one_kernel(chip, rows, k, inter, split_i: bool):
                       parallel_blocks=max(1, math.ceil(rows / chip.cube_m_size)))
 
 
+def row_owning_chip(chip, rows):
+    """The chip as a row-owning kernel sees it: one AI core per 16 rows at most."""
+    return dataclasses.replace(chip, ai_core_cnt=min(chip.ai_core_cnt, math.ceil(rows / chip.cube_m_size)))
+
+
 def main() -> int:
     columns = ("2 GEMMs", "2 GEMMs, 1 super kernel", "1 kernel, rows", "1 kernel, split I")
     for soc in SOCS:
@@ -87,7 +95,7 @@ def main() -> int:
                 first, second = two_gemms(rows, k, inter)
                 times = (price_kernel(chip, first).total_us + price_kernel(chip, second).total_us,
                          price_super_kernel(chip, [first, second]).total_us,
-                         price_kernel(chip, one_kernel(chip, rows, k, inter, False)).total_us,
+                         price_kernel(row_owning_chip(chip, rows), one_kernel(chip, rows, k, inter, False)).total_us,
                          price_kernel(chip, one_kernel(chip, rows, k, inter, True)).total_us)
                 best = columns[int(np.argmin(times))]
                 print(f"{rows:5d} {k:5d} {inter:6d} | " + " ".join(f"{t:23.1f}" for t in times) + f" | {best}")

@@ -18,19 +18,20 @@ norm in front of the packed GEMM, so a pre-norm MLP is two kernels.
 Decision (issue 10: one kernel, or GEMMs with the gate in the epilogue), by the cost model:
 `python bench/bench_gated_mlp.py` prices both from the kernels' own work rules (float16,
 RMSNorm in front, residual after).  A whole-MLP kernel must pick how its cores share the
-work: each core owning whole rows (all of I) leaves cores idle below 512 tokens (4-22x slower
-than two GEMMs at one token, 7-16x at 32, on Ascend910), and splitting I across cores makes
-every core add a partial [rows, hidden] sum into the output (charged here as fp32 writes;
-the cost model has no cross-core reduction), 2.8x slower than two GEMMs at 2048 tokens on the
-sweep's 512x1408 MLP.  With the better split chosen per shape, one kernel saves about one
-launch plus the h round trip: Ascend910 8.6 vs 11.2 us at 32 tokens on that MLP, 293.7 vs
-297.6 us on Llama-7B's (1.3%), 2147.9 vs 2155.6 us at 2048 tokens (0.4%); launched as one
-super kernel the two GEMMs get back 1.8 us of it.  That gain is the size of the model's
-launch and scalar overheads, which are unconfirmed calibration knobs (COST_MODEL.md), while
-the two-GEMM form has no shape-dependent split, no cross-core synchronization, and reuses
-the norm prologue (RmsNormMatMul) and the residual epilogue every other linear layer uses.
-So: two GEMMs, the gate in the first one's epilogue.  Revisit if the launch overhead is
-measured higher than 2.5 us or a cross-core reduction is priced.
+work: owning whole rows (all of I) leaves cores idle below 16 x cores tokens, splitting I
+makes every core add a partial [rows, hidden] sum into the output (charged as fp32 writes;
+the cost model has no cross-core reduction).  First decided on the cost model before d941fe8
+(one kernel 4-22x slower at one token with rows owned, 2.8x at 2048 tokens with I split; the
+better split saved about one launch, 0.4-1.3% on Llama-7B's MLP): two GEMMs.  On the cost
+model of d941fe8 (work split over cores, pipelined MTE/compute) the same bench prices the
+better one-kernel split lower at every size on Ascend910 (sweep MLP 512x1408: 7.7 vs 11.4 us
+at 1 token, 41.9 vs 58.9 at 2048; Llama-7B's: 262.7 vs 274.3, 2134.9 vs 2211.4, i.e. 3-4%),
+but both one-kernel prices are optimistic: the row-owning form is priced with the planner
+free to split columns among its cores (a row-owning core streams all of Wg|Wu and Wd), and
+the split-I form's reduction is priced as writes only.  So: still two GEMMs, the gate in the
+first one's epilogue (they reuse the norm prologue and the residual epilogue every other
+linear layer uses); a whole-MLP kernel with a per-shape split, priced with its weight
+streaming and reduction, is the open follow-up.
 
 Misses (each counted; the anchor Mul's structure matched): an up projection of the same x
 whose weight is computed or not 2-D (NF2002), weights of different shapes (NF2004) or not
