@@ -335,13 +335,13 @@ def test_attention_over_a_dynamic_sequence_length_fuses_and_matches_at_three_len
 
 # -- autofuse on symbolic dims ---------------------------------------------------------------
 
-def _rms_norm_model() -> onnx.ModelProto:
-    """x [B, S, 16]: Llama's RMSNorm (Pow, ReduceMean, Add, Sqrt, Div, Mul) then a gated
-    elementwise tail with a [B, S, 1] broadcast: groups whose shapes are all symbolic."""
+def _mean_abs_norm_model() -> onnx.ModelProto:
+    """x [B, S, 16]: an RMSNorm-shaped norm of mean |x| (Abs, ReduceMean, Add, Sqrt, Div, Mul;
+    with Pow(x, 2) it would be RmsNormFusionPass's RMSNormalization, not autofuse groups) then
+    a gated elementwise tail with a [B, S, 1] broadcast: groups whose shapes are all symbolic."""
     net = Net(opset=18)
     x = net.input("x", ["B", "S", 16])
-    var = net.op("ReduceMean", net.op("Pow", x, net.const(np.array(2.0, np.float32))),
-                 net.const(np.array([-1], np.int64)), keepdims=1)
+    var = net.op("ReduceMean", net.op("Abs", x), net.const(np.array([-1], np.int64)), keepdims=1)
     norm = net.op("Mul", net.op("Div", x, net.op("Sqrt", net.op("Add", var, net.const(np.array(1e-6, np.float32))))),
                   net.rand(16))
     gate = net.op("Sigmoid", net.op("ReduceMax", norm, net.const(np.array([-1], np.int64)), keepdims=1))
@@ -352,7 +352,7 @@ def test_autofuse_groups_on_symbolic_dims_run_at_every_size(tmp_path):
     """The group's sub-graph carries its symbolic dims and their ranges; the kernel binds them
     from its inputs' real shapes when it runs and when it is priced."""
     from codegen.fused.autofused import OP_TYPE, decode_subgraph
-    model = _rms_norm_model()
+    model = _mean_abs_norm_model()
     report = atc_py.compile(model, output=str(tmp_path / "a"), soc_version="Ascend910", input_shape="x:-1,1~64,16",
                             precision_mode="force_fp32")
     static = atc_py.compile(model, output=str(tmp_path / "s"), soc_version="Ascend910", input_shape="x:2,8,16",
