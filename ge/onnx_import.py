@@ -209,6 +209,9 @@ def normalize_opset(model: Union[onnx.ModelProto, OnnxModel]) -> onnx.ModelProto
     if MIN_OPSET <= opset <= MAX_OPSET:
         return model
     if opset < MIN_OPSET:
+        # checked at its own opset first: the converter rewrites without validating (a
+        # Softmax-11 axis out of range became a valid-looking Softmax-13 that onnxruntime refuses)
+        check_types(model, weights)
         if weights is not None and len(weights):
             current_budget().check_host(weights.nbytes * HOST_COPIES, "The host memory to convert the opset "
                                         f"{opset} model's weights (about {HOST_COPIES}x their {weights.nbytes} bytes)")

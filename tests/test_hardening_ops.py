@@ -230,7 +230,7 @@ def _onnxruntime_refuses(model) -> bool:
         for spec in session.get_inputs():
             dtype = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
                      "tensor(int8)": np.int8, "tensor(uint8)": np.uint8}[spec.type]
-            feeds[spec.name] = (np.random.default_rng(0).random(spec.shape) * 3 + 1).astype(dtype)
+            feeds[spec.name] = np.asarray(np.random.default_rng(0).random(spec.shape) * 3 + 1).astype(dtype)
         session.run(None, feeds)
         return False
     except Exception:     # noqa: BLE001 -- any refusal, at load or at run time

@@ -261,15 +261,29 @@ register(OpDef(op_type="InstanceNormalization", kind=OpKind.OPAQUE, compute=_ins
                infer=_instance_norm_infer))
 
 
+def _group_norm_groups(x_shape, scale_shape, bias_shape, attrs) -> int:
+    """num_groups, checked: it divides C, and scale/bias hold one value per channel or per group."""
+    groups = int(attrs["num_groups"]) if "num_groups" in attrs else 0
+    if len(x_shape) < 2:
+        raise InvalidNode(f"GroupNormalization needs an N x C x ... input, got {tuple(x_shape)}",
+                          "Give the node an N x C x spatial input.")
+    c = x_shape[1]
+    if groups <= 0 or c % groups:
+        raise invalid_attr("GroupNormalization", "num_groups", groups or None,
+                           f"it must divide the channel count {c}.", "Fix num_groups in the ONNX model.")
+    for name, shape in (("scale", scale_shape), ("bias", bias_shape)):
+        if tuple(shape) not in ((c,), (groups,)):
+            raise InvalidNode(f"GroupNormalization {name} of shape {tuple(shape)} must hold one value per channel "
+                              f"({c}) or per group ({groups})", "Fix the scale and bias inputs.")
+    return groups
+
+
 def _group_norm(inputs, attrs):
     """Scale/bias per channel (opset 21) or per group (opset 18); their length tells which
     (when num_groups == C both readings agree)."""
     x, scale, bias = inputs[:3]
-    groups = int(attrs["num_groups"]) if "num_groups" in attrs else 0
+    groups = _group_norm_groups(x.shape, scale.shape, bias.shape, attrs)
     n, c = x.shape[0], x.shape[1]
-    if groups <= 0 or c % groups:
-        raise invalid_attr("GroupNormalization", "num_groups", groups or None,
-                           f"it must divide the channel count {c}.", "Fix num_groups in the ONNX model.")
     grouped = _f32(x).reshape((n, groups, -1))
     y = _standardize(grouped, (2,), float(attrs.get("epsilon", 1e-5))).reshape(x.shape)
     if scale.size == groups and groups != c:
@@ -278,8 +292,13 @@ def _group_norm(inputs, attrs):
     return [y.astype(x.dtype, copy=False)]
 
 
-register(OpDef(op_type="GroupNormalization", kind=OpKind.OPAQUE, compute=_group_norm,
-               infer=lambda i, a: same_as_input(i, a)))
+def _group_norm_infer(inputs, attrs):
+    x, scale, bias = inputs[:3]
+    _group_norm_groups(x.shape, scale.shape, bias.shape, attrs)
+    return same_as_input(inputs, attrs)
+
+
+register(OpDef(op_type="GroupNormalization", kind=OpKind.OPAQUE, compute=_group_norm, infer=_group_norm_infer))
 
 
 # ---------------------------------------------------------------------------------------

@@ -625,6 +625,9 @@ def cumsum_compute(inputs, attrs):
 
 
 def _cumsum_shape(shape, attrs):
+    for name in ("exclusive", "reverse"):
+        if int(attrs.get(name, 0)) not in (0, 1):
+            raise _err("CumSum", f"{name}={attrs.get(name)} must be 0 or 1")
     axis = attrs.get("axis")
     if axis is not None:
         axis = int(_scalar(axis, 0))

@@ -4,8 +4,10 @@ must refuse at compile time with a coded error (finding 6 of issue 8), never com
 atc-sim to find, never E19999.  Models onnxruntime accepts are compiled or refused as
 unsupported (E16002/E16004), never crash.
 
-Each entry: name -> ONNX model (built on first use; no model file is committed).  Found by
+Each entry: name -> ONNX model (built at import; no model file is committed).  Found by
 probing attribute by attribute against onnxruntime; tests/test_hardening_ops.py runs them.
+Left out on purpose: what only onnxruntime's CPU kernels lack (Conv with auto_pad SAME and
+dilations > 1 is valid ONNX; atc compiles it).
 """
 from __future__ import annotations
 
@@ -173,3 +175,39 @@ case("layernorm_eps0", N("LayerNormalization", ["x", "s"], ["y"], name="n", epsi
 case("convt_output_shape_len", N("ConvTranspose", ["x", "w"], ["y"], name="n", output_shape=[1]), [("x", F, [1, 3, 4, 4])], [f32("w", np.ones((3, 2, 3, 3)))])
 case("convt_outpad_big", N("ConvTranspose", ["x", "w"], ["y"], name="n", output_padding=[5, 5]), [("x", F, [1, 3, 4, 4])], [f32("w", np.ones((3, 2, 3, 3)))])
 case("convt_strides0", N("ConvTranspose", ["x", "w"], ["y"], name="n", strides=[0, 1]), [("x", F, [1, 3, 4, 4])], [f32("w", np.ones((3, 2, 3, 3)))])
+case("shape_start_oob", N("Shape", ["x"], ["y"], name="n", start=5), [("x", F, [2, 6])], out_t=I, opset=15)
+case("shape_start_gt_end", N("Shape", ["x"], ["y"], name="n", start=1, end=0), [("x", F, [2, 6])], out_t=I, opset=15)
+case("range_inf_limit", N("Range", ["a", "b", "d"], ["y"], name="n"), [], [f32("a", 0), f32("b", np.inf), f32("d", 1)])
+case("range_nan", N("Range", ["a", "b", "d"], ["y"], name="n"), [], [f32("a", 0), f32("b", np.nan), f32("d", 1)])
+case("tile_zero", N("Tile", ["x", "r"], ["y"], name="n"), [("x", F, [2, 6])], [i64("r", [0, 1])])
+case("split_zero_piece", N("Split", ["x", "s"], ["y", "z"], name="n", axis=1), [("x", F, [2, 6])], [i64("s", [0, 6])])
+case("gather_scalar_idx", N("Gather", ["x", "i"], ["y"], name="n"), [("x", F, [2, 6])], [i64("i", 1)])
+case("matmul_1d", N("MatMul", ["x", "c"], ["y"], name="n"), [("x", F, [6])], [f32("c", np.ones(6))])
+case("gemm_alpha0", N("Gemm", ["x", "c"], ["y"], name="n", alpha=0.0), [("x", F, [2, 6])], [f32("c", np.ones((6, 3)))])
+case("gemm_3d", N("Gemm", ["x", "c"], ["y"], name="n"), [("x", F, [1, 2, 6])], [f32("c", np.ones((6, 3)))])
+case("cumsum_excl2", N("CumSum", ["x", "a"], ["y"], name="n", exclusive=2), [("x", F, [2, 6])], [i64("a", 0)])
+case("argmin_last", N("ArgMin", ["x"], ["y"], name="n", select_last_index=1), [("x", F, [2, 6])], out_t=I)
+case("topk_unsorted", N("TopK", ["x", "k"], ["y", "idx"], name="n", sorted=0), [("x", F, [2, 6])], [i64("k", [2])])
+case("einsum_ellipsis", N("Einsum", ["x", "x"], ["y"], name="n", equation="...i,...i->..."), [("x", F, [2, 6])])
+case("squeeze_no_axes", N("Squeeze", ["x"], ["y"], name="n"), [("x", F, [1, 6])])
+case("concat_scalar", N("Concat", ["x", "x"], ["y"], name="n", axis=0), [("x", F, [])])
+case("reshape_zero_copy", N("Reshape", ["x", "s"], ["y"], name="n"), [("x", F, [2, 6])], [i64("s", [0, 3, 2])])
+case("reshape_zero_oob", N("Reshape", ["x", "s"], ["y"], name="n"), [("x", F, [2, 6])], [i64("s", [2, 6, 0])])
+case("slice_neg_step", N("Slice", ["x", "s", "e", "a", "st"], ["y"], name="n"), [("x", F, [2, 6])], [i64("s", [10]), i64("e", [-100]), i64("a", [1]), i64("st", [-2])])
+case("expand_lower_rank", N("Expand", ["x", "s"], ["y"], name="n"), [("x", F, [2, 6])], [i64("s", [6])])
+case("bn_eps_neg", N("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="n", epsilon=-1.0), [("x", F, [1, 3, 4, 4])], [f32("s", [1, 1, 1]), f32("b", [0, 0, 0]), f32("m", [0, 0, 0]), f32("v", [1, 1, 1])])
+case("softmax_opset11_axis", N("Softmax", ["x"], ["y"], name="n", axis=-3), [("x", F, [2, 6])], opset=11)
+case("reducemean_axes_attr18", N("ReduceMean", ["x"], ["y"], name="n", axes=[1]), [("x", F, [2, 6])], opset=18)
+case("upsample_old", N("Upsample", ["x", "s"], ["y"], name="n"), [("x", F, [1, 1, 2, 2])], [f32("s", [1, 1, 2, 2])], opset=9)
+case("resize_empty_both", N("Resize", ["x", "", "", ""], ["y"], name="n"), [("x", F, [1, 1, 4, 4])])
+case("hardmax_ok", N("Hardmax", ["x"], ["y"], name="n"), [("x", F, [2, 6])])
+case("where_bcast", N("Where", ["c", "x", "z"], ["y"], name="n"), [("x", F, [2, 6])], [numpy_helper.from_array(np.ones((1, 6), bool), "c"), f32("z", 0.0)])
+case("nonzero_ok", N("NonZero", ["x"], ["y"], name="n"), [("x", F, [2, 6])], out_t=I)
+case("maxpool_dilated_ceil", N("MaxPool", ["x"], ["y"], name="n", kernel_shape=[3, 3], dilations=[2, 2], ceil_mode=1, strides=[2, 2]), [("x", F, [1, 1, 7, 7])])
+case("avgpool_ceil_pads", N("AveragePool", ["x"], ["y"], name="n", kernel_shape=[3, 3], pads=[1, 1, 1, 1], ceil_mode=1, strides=[2, 2], count_include_pad=1), [("x", F, [1, 1, 6, 6])])
+case("convt_output_shape", N("ConvTranspose", ["x", "w"], ["y"], name="n", output_shape=[9, 9], strides=[2, 2]), [("x", F, [1, 3, 4, 4])], [f32("w", np.ones((3, 2, 3, 3)))])
+case("convt_output_shape_small", N("ConvTranspose", ["x", "w"], ["y"], name="n", output_shape=[2, 2], strides=[2, 2]), [("x", F, [1, 3, 4, 4])], [f32("w", np.ones((3, 2, 3, 3)))])
+case("prelu_slope_bad", N("PRelu", ["x", "s"], ["y"], name="n"), [("x", F, [2, 6])], [f32("s", np.ones(5))])
+case("instnorm_rank2", N("InstanceNormalization", ["x", "s", "b"], ["y"], name="n"), [("x", F, [2, 6])], [f32("s", [1, 1, 1, 1, 1, 1]), f32("b", np.zeros(6))])
+case("groupnorm_bad", N("GroupNormalization", ["x", "s", "b"], ["y"], name="n", num_groups=4), [("x", F, [1, 6, 2, 2])], [f32("s", np.ones(6)), f32("b", np.zeros(6))], opset=21)
+case("groupnorm_scale_len", N("GroupNormalization", ["x", "s", "b"], ["y"], name="n", num_groups=2), [("x", F, [1, 6, 2, 2])], [f32("s", np.ones(5)), f32("b", np.zeros(5))], opset=21)
