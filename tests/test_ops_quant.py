@@ -235,3 +235,26 @@ def test_qlinear_add_rounds_where_mlas_rounds(scalar_b):
     feeds = {"a": np.arange(-128, 128).astype(np.int8),
              "b": np.full(b_shape, 127, np.int8) if scalar_b else RNG.integers(-128, 128, 256).astype(np.int8)}
     assert_same(model, feeds)
+
+
+@pytest.mark.parametrize("dtype,saturate", [("float8_e4m3fn", 1), ("float8_e4m3fn", 0), ("float8_e5m2", 1),
+                                            ("float8_e5m2", 0), ("int4", None)])
+def test_quantize_dequantize_float8_and_int4(dtype, saturate):
+    """QDQ through the float8 and int4 types GE holds: float8 rounds x / scale to the nearest
+    float8 (saturated unless saturate=0), int4 as the integer types."""
+    import ml_dtypes
+    t = np.dtype(getattr(ml_dtypes, dtype))
+    x = (RNG.standard_normal((3, 8)) * 40).astype(np.float32)
+    if saturate != 0:
+        x[0, 0], x[1, 1] = 1e5, -1e5                       # beyond the range: saturated
+    attrs = {} if saturate is None else {"saturate": saturate}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], **attrs),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    inits = [("s", np.float32(0.5)), ("z", np.zeros((), t))]
+    model = model_of(nodes, [vi("x", np.float32, [3, 8])], [out("q"), out("y")], inits, opset=21)
+    got = run_ir(lower(model), {"x": x})
+    # onnxruntime's Python API cannot return float8_e5m2 or int4 arrays: compare y, the round trip
+    ref = run_ort(model_of(nodes, [vi("x", np.float32, [3, 8])], [out("y")], inits, opset=21), {"x": x})
+    assert got["q"].dtype == t and got["y"].dtype == np.float32
+    np.testing.assert_array_equal(got["y"], ref["y"])
+    np.testing.assert_array_equal(got["q"].astype(np.float32) * np.float32(0.5), got["y"])

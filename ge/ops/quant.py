@@ -29,6 +29,12 @@ from ge.ops.registry import OpDef, OpKind, TensorType, register
 
 F32 = np.dtype(np.float32)
 QUANT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
+# QuantizeLinear/DequantizeLinear also take float8 (opset 19) and int4 (opset 21) -- the ones
+# GE has a DataType for (no FNUZ float8, no uint4)
+import ml_dtypes  # noqa: E402  (onnx's own dependency)
+FLOAT8_QUANT_TYPES = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+INT4 = np.dtype(ml_dtypes.int4)
+QDQ_TYPES = QUANT_TYPES + FLOAT8_QUANT_TYPES + (INT4,)
 
 
 # -- parameters --------------------------------------------------------------------------------
@@ -39,7 +45,8 @@ def param(attrs: dict, name: str) -> Optional[np.ndarray]:
     return None if value is None else np.asarray(value)
 
 
-def quant_dtype(op_type: str, zero_point: Optional[np.ndarray], output_dtype: int = 0) -> np.dtype:
+def quant_dtype(op_type: str, zero_point: Optional[np.ndarray], output_dtype: int = 0,
+                allowed: tuple = QUANT_TYPES) -> np.dtype:
     """The integer type a quantizer writes: its zero point's, else `output_dtype`, else uint8."""
     if zero_point is not None:
         dtype = zero_point.dtype
@@ -50,8 +57,9 @@ def quant_dtype(op_type: str, zero_point: Optional[np.ndarray], output_dtype: in
             raise invalid_attr(op_type, "output_dtype", output_dtype, "it is not an ONNX tensor type.") from None
     else:
         dtype = np.dtype(np.uint8)
-    if dtype not in QUANT_TYPES:
-        raise AtcError("E16002", f"{op_type} to {dtype} is not supported (supported: int8, uint8, int16, uint16).",
+    if dtype not in allowed:
+        names = ", ".join(str(t) for t in allowed)
+        raise AtcError("E16002", f"{op_type} to {dtype} is not supported (supported: {names}).",
                        "Quantize to 8- or 16-bit integers.")
     return dtype
 
@@ -83,9 +91,16 @@ def broadcast_param(op_type: str, value: np.ndarray, shape: tuple, axis: int = 1
     return value.reshape(tuple(-1 if i == axis else 1 for i in range(rank)))
 
 
-def quantize(x: np.ndarray, scale, zero_point, dtype) -> np.ndarray:
-    """saturate(round_half_even(x / scale) + zero_point), as onnxruntime's QuantizeLinear."""
-    info = np.iinfo(dtype)
+def quantize(x: np.ndarray, scale, zero_point, dtype, saturate: bool = True) -> np.ndarray:
+    """saturate(round_half_even(x / scale) + zero_point), as onnxruntime's QuantizeLinear; to
+    float8, x / scale rounded to the nearest float8 (saturated to its largest finite value
+    unless saturate=0)."""
+    if np.dtype(dtype) in FLOAT8_QUANT_TYPES:
+        from ge.ops.elementwise import convert
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            v = np.asarray(x, F32) / np.asarray(scale, F32)
+        return convert(v, dtype, saturate)
+    info = ml_dtypes.iinfo(dtype) if np.dtype(dtype) == INT4 else np.iinfo(dtype)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         v = np.rint(np.asarray(x, F32) / np.asarray(scale, F32)) + np.asarray(zero_point, F32)
         v = np.clip(np.nan_to_num(v, nan=0.0), info.min, info.max)
@@ -94,7 +109,8 @@ def quantize(x: np.ndarray, scale, zero_point, dtype) -> np.ndarray:
 
 def dequantize(x: np.ndarray, scale, zero_point=None, dtype=F32) -> np.ndarray:
     """(x - zero_point) * scale; the difference is exact, the product float32."""
-    wide = np.int64 if np.dtype(x.dtype).itemsize >= 4 else np.int32
+    wide = F32 if np.dtype(x.dtype) in FLOAT8_QUANT_TYPES else np.int64 if np.dtype(x.dtype).itemsize >= 4 \
+        else np.int32
     diff = x.astype(wide, copy=False)
     if zero_point is not None:
         diff = diff - np.asarray(zero_point).astype(wide)
@@ -137,13 +153,14 @@ _QLINEAR_MATMUL_CONFIG = ((1, "a_scale"), (2, "a_zero_point"), (4, "b_scale"), (
 
 def _stand_ins(inputs: list, attrs: dict, config: tuple) -> dict:
     """The attributes a shape rule reads, with each config input left for the kernel to read
-    at run time (a graph input's scale) stood in by ones of its type and shape: the rule
-    needs their dtype and size, never their values."""
+    at run time (a graph input's scale) stood in by ones (zero points by zeros) of its type and
+    shape: the rule needs their dtype and size, never their values."""
     missing = {attr: inputs[i] for i, attr in config
                if attrs.get(attr) is None and i < len(inputs) and inputs[i] is not None}
     if not missing:
         return attrs
-    return {**attrs, **{attr: np.ones(tuple(t.shape), t.dtype) for attr, t in missing.items()}}
+    return {**attrs, **{attr: (np.zeros if "zero_point" in attr else np.ones)(tuple(t.shape), t.dtype)
+                        for attr, t in missing.items()}}
 
 
 # -- QuantizeLinear / DequantizeLinear ----------------------------------------------------------
@@ -158,10 +175,13 @@ def _check_scale(op_type: str, scale: np.ndarray) -> None:
 def quantize_linear_compute(inputs, attrs):
     x = inputs[0]
     scale, zp = _quant_attrs(attrs, "y_scale", "y_zero_point")
-    dtype = quant_dtype("QuantizeLinear", zp, int(attrs.get("output_dtype", 0)))
+    dtype = quant_dtype("QuantizeLinear", zp, int(attrs.get("output_dtype", 0)), QDQ_TYPES)
     axis, block = int(attrs.get("axis", 1)), int(attrs.get("block_size", 0))
     s = broadcast_param("QuantizeLinear", scale, x.shape, axis, block)
     z = broadcast_param("QuantizeLinear", zp, x.shape, axis, block) if zp is not None else 0
+    if dtype in FLOAT8_QUANT_TYPES:
+        _check_float8_zero_point("QuantizeLinear", zp, dtype)
+        return [quantize(x, s, 0, dtype, bool(int(attrs.get("saturate", 1))))]     # a float8 zero point is 0
     return [quantize(x, s, z, dtype)]
 
 
@@ -172,10 +192,17 @@ def quantize_linear_infer(inputs, attrs):
     _check_scale("QuantizeLinear", scale)
     axis, block = int(attrs.get("axis", 1)), int(attrs.get("block_size", 0))
     broadcast_param("QuantizeLinear", scale, x.shape, axis, block)
-    if zp is not None and zp.shape != scale.shape:
+    if zp is not None and zp.shape != scale.shape and not zp.size == scale.size == 1:
         raise AtcError("E16004", f"QuantizeLinear: zero point shape {list(zp.shape)} differs from scale shape "
                        f"{list(scale.shape)}.", "Give the zero point the scale's shape.")
-    return [TensorType(quant_dtype("QuantizeLinear", zp, int(attrs.get("output_dtype", 0))), tuple(x.shape))]
+    dtype = quant_dtype("QuantizeLinear", zp, int(attrs.get("output_dtype", 0)), QDQ_TYPES)
+    _check_float8_zero_point("QuantizeLinear", zp, dtype)
+    return [TensorType(dtype, tuple(x.shape))]
+
+
+def _check_float8_zero_point(op_type: str, zp, dtype) -> None:
+    if dtype in FLOAT8_QUANT_TYPES and zp is not None and np.any(zp.astype(F32) != 0):
+        raise AtcError("E16004", f"{op_type}: a float8 zero point must be 0.", "Give a zero point of 0.")
 
 
 def dequantize_linear_compute(inputs, attrs):
@@ -192,9 +219,10 @@ def dequantize_linear_infer(inputs, attrs):
     x = inputs[0]
     scale, zp = _quant_attrs(attrs, "x_scale", "x_zero_point")
     _check_scale("DequantizeLinear", scale)
-    if np.dtype(x.dtype) not in QUANT_TYPES + (np.dtype(np.int32),):
+    if np.dtype(x.dtype) not in QDQ_TYPES + (np.dtype(np.int32),):
         raise AtcError("E16002", f"DequantizeLinear of {np.dtype(x.dtype)} is not supported "
-                       "(supported: int8, uint8, int16, uint16, int32).", "Quantize to 8- or 16-bit integers.")
+                       "(supported: int8, uint8, int16, uint16, int32, int4, float8_e4m3fn, float8_e5m2).",
+                       "Quantize to 8- or 16-bit integers.")
     if zp is not None and np.dtype(zp.dtype) != np.dtype(x.dtype):
         raise AtcError("E16004", f"DequantizeLinear: zero point {zp.dtype} differs from the input {np.dtype(x.dtype)}.",
                        "Give the zero point the input's type.")
