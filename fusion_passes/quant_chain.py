@@ -121,6 +121,9 @@ def cube_plan(cube: Node, conv: bool):
     x_dq = dequant_source(data)
     if x_dq is None:
         return None
+    if np.dtype(x_dq.inputs[0].desc.dtype).kind not in "iu":      # float8 data: no integer product
+        return (reasons.UNSUPPORTED_VARIANT, f"the data is quantized to {np.dtype(x_dq.inputs[0].desc.dtype)}, "
+                "not to an integer type", [data])
     if not _per_tensor(x_dq.attrs.get("x_scale")):
         return (reasons.UNSUPPORTED_VARIANT, "the data input must be quantized per tensor (one scale)", [data])
     w_dq = dequant_source(weight)

@@ -258,3 +258,25 @@ def test_quantize_dequantize_float8_and_int4(dtype, saturate):
     assert got["q"].dtype == t and got["y"].dtype == np.float32
     np.testing.assert_array_equal(got["y"], ref["y"])
     np.testing.assert_array_equal(got["q"].astype(np.float32) * np.float32(0.5), got["y"])
+
+
+@pytest.mark.parametrize("x_type,w_type", [("float8_e4m3fn", "int8"), ("int8", "int4"), ("float8_e5m2", "int4")])
+def test_float8_and_int4_qdq_matmul_after_fusion(x_type, w_type):
+    """A DQ -> MatMul whose data is float8 or whose weight is int4 is no int8 GEMM: the fusion
+    passes leave it (with a reason) and the result still equals onnxruntime's."""
+    import ml_dtypes
+    from helpers import fuse_model
+    xt, wt = (np.dtype(getattr(ml_dtypes, t, None) or getattr(np, t)) for t in (x_type, w_type))
+    w = RNG.integers(-7, 7, (8, 4)).astype(wt)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"]),
+             helper.make_node("MatMul", ["xd", "wd"], ["y"])]
+    model = model_of(nodes, [vi("x", np.float32, [3, 8])], [out("y")],
+                     [("xs", np.float32(0.25)), ("xz", np.zeros((), xt)), ("w", w), ("ws", np.float32(0.1))],
+                     opset=21)
+    x = (RNG.standard_normal((3, 8)) * 4).astype(np.float32)
+    graph, _ = fuse_model(model)
+    assert not [n for n in graph.nodes if "Quant" in n.op_type and "Fusion" in n.op_type]
+    got = run_ir(graph, {"x": x})["y"]
+    np.testing.assert_allclose(got, run_ort(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
