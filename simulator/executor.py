@@ -129,6 +129,7 @@ class Step:
 
     node: Node
     op: object
+    attrs: dict                 # the node's, plus "_outputs" for an op that skips unread optional outputs
     args: list                  # (True, array) for constants ready as they are, (None, array) for
                                 # constants each forward converts, (False, value id) otherwise,
                                 # None for absent
@@ -196,7 +197,9 @@ def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None)
         kept = [id(o) in last_use or id(o) in keep for o in node.outputs]   # an unread output is dropped
         frees = sorted({id(v) for v in node.inputs if v is not None and not v.is_const
                         and last_use[id(v)] == index and id(v) not in keep})
-        steps.append(Step(node, kernel_of(node.op_type).op, args, dtype, kept, frees))
+        op = kernel_of(node.op_type).op
+        attrs = {**node.attrs, "_outputs": len(node.outputs)} if getattr(op, "sized_outputs", False) else node.attrs
+        steps.append(Step(node, op, attrs, args, dtype, kept, frees))
     outputs = [(v.name, v.const if v.is_const else None, id(v), np.dtype(v.desc.dtype)) for v in graph.outputs]
     release_mapped()           # the mapped pages the conversions read need not stay resident
     return Plan(graph, steps, outputs)
@@ -227,7 +230,7 @@ def execute(plan: Plan, feeds: dict, on_kernel: Optional[Callable[[Node], None]]
             else:
                 array = env[arg[1]]
                 args.append(_to(array, step.dtype) if step.dtype is not None else array)
-        attrs = node.attrs
+        attrs = step.attrs
         if dynamic:
             attrs = instantiate_attrs(attrs, run.values)
         attrs = _runtime_config(node, step.op, args, attrs, run)     # static shapes may have them too (Clip's min)

@@ -128,3 +128,20 @@ def test_dataset_mode_runs_on_run_many_through_the_session(om, monkeypatch, tmp_
     rc = sim_cli.main(["--model", om, "--input", str(folder), "--output", str(tmp_path / "o")])
     assert rc == 0 and "spread over 2 processes" in capsys.readouterr().out
     assert len(list((tmp_path / "o").glob("*.npy"))) == 3
+
+
+def test_maxpool_without_its_indices_output_computes_the_same_maxima():
+    """The executor tells MaxPool how many outputs its node has; without Indices it skips
+    them and must still give the same Y (ties, padding and NaN as with them)."""
+    from ge.ops.registry import get_op
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    x[0, 0, 2, 2] = np.nan
+    x[1, 1, :3, :3] = 1.0
+    for attrs in ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                  {"kernel_shape": [2, 2], "dilations": [2, 2]},
+                  {"kernel_shape": [3, 3], "ceil_mode": 1, "strides": [2, 2]}):
+        full = get_op("MaxPool").compute([x], attrs)
+        only = get_op("MaxPool").compute([x], {**attrs, "_outputs": 1})
+        assert len(full) == 2 and len(only) == 1
+        np.testing.assert_array_equal(full[0], only[0])

@@ -97,7 +97,7 @@ def _conv_block(s: dict, attrs: dict) -> np.ndarray:
         y += get_op("Conv").compute([s["res_x"].astype(acc, copy=False), s["res_w"].astype(acc, copy=False)],
                                     residual_conv_attrs(attrs))[0]
     bias = b.reshape((-1,) + (1,) * (y.ndim - 2)) if b is not None else None
-    return epilogue.apply(y, attrs, bias, s["residual"], x.dtype)
+    return epilogue.apply(y, attrs, bias, s["residual"], x.dtype, owned=True)     # y is this kernel's own
 
 
 def _conv_block_type(s: dict, attrs: dict) -> TensorType:

@@ -85,30 +85,48 @@ def gated(attrs: dict) -> bool:
 
 
 def apply(acc: np.ndarray, attrs: dict, bias: Optional[np.ndarray] = None,
-          residual: Optional[np.ndarray] = None, data_dtype=None) -> np.ndarray:
+          residual: Optional[np.ndarray] = None, data_dtype=None, owned: bool = False) -> np.ndarray:
     """bias, residual and activation (and the gate) on the accumulator `acc` (in its dtype);
-    `bias` must already broadcast on it (a conv's per-channel vector reshaped by the caller)."""
+    `bias` must already broadcast on it (a conv's per-channel vector reshaped by the caller).
+    `owned`: the caller made `acc` and reads it no more, so the stages write into it instead
+    of allocating a tensor each (the same arithmetic: one add or max per element, in place)."""
     ct = acc.dtype
     if bias is not None:
-        acc = acc + bias.astype(ct, copy=False)
+        acc = _add(acc, bias.astype(ct, copy=False), owned)
+        owned = True
     gate = gated(attrs)
     after = int(attrs.get("residual_after_act", 0)) or gate
     if residual is not None and not after:
-        acc = acc + residual.astype(ct, copy=False)
+        acc = _add(acc, residual.astype(ct, copy=False), owned)
+        owned = True
     up = None
     if gate:
         half = acc.shape[-1] // 2
         acc, up = acc[..., :half], acc[..., half:]
+        owned = False
     act = activation_of(attrs)
     if act is not None:
         op_type, op_attrs = act
-        x = acc.astype(data_dtype, copy=False) if data_dtype is not None and own_dtype_inside(op_attrs) else acc
-        acc = get_op(op_type).compute([x], op_attrs)[0].astype(ct, copy=False)
+        narrowed = data_dtype is not None and own_dtype_inside(op_attrs)
+        if op_type == "Relu" and owned and not narrowed and acc.flags.writeable:
+            np.maximum(acc, 0, out=acc)         # what the Relu op computes, without a new tensor
+        else:
+            x = acc.astype(data_dtype, copy=False) if narrowed else acc
+            acc = get_op(op_type).compute([x], op_attrs)[0].astype(ct, copy=False)
+            owned = acc is not x
     if up is not None:
         acc = acc * up
+        owned = True
     if residual is not None and after:
-        acc = acc + residual.astype(ct, copy=False)
+        acc = _add(acc, residual.astype(ct, copy=False), owned)
     return acc
+
+
+def _add(acc: np.ndarray, other: np.ndarray, in_place: bool) -> np.ndarray:
+    if in_place and acc.flags.writeable and np.broadcast_shapes(acc.shape, other.shape) == acc.shape:
+        acc += other
+        return acc
+    return acc + other
 
 
 def work(out: TensorType, attrs: dict, bias: bool, residual: bool, bias_is_a_stage: bool,

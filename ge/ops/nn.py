@@ -101,10 +101,16 @@ def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False) -> Window:
 
 
 def _pad_spatial(x: np.ndarray, begin, end, value) -> np.ndarray:
+    """x with `value` around its spatial axes: one filled buffer and one copy into it (what
+    np.pad does for a constant, without its per-axis passes)."""
     if not any(begin) and not any(end):
         return x
-    widths = [(0, 0), (0, 0)] + list(zip(begin, end))
-    return np.pad(x, widths, mode="constant", constant_values=value)
+    if min(begin) < 0 or min(end) < 0:
+        return np.pad(x, [(0, 0), (0, 0)] + list(zip(begin, end)), mode="constant", constant_values=value)
+    shape = x.shape[:2] + tuple(d + b + e for d, b, e in zip(x.shape[2:], begin, end))
+    out = np.zeros(shape, x.dtype) if value == 0 else np.full(shape, value, x.dtype)
+    out[(slice(None), slice(None)) + tuple(slice(b, b + d) for b, d in zip(begin, x.shape[2:]))] = x
+    return out
 
 
 def _tap(xp: np.ndarray, offset, out, strides) -> np.ndarray:
@@ -417,6 +423,14 @@ def max_pool_compute(inputs, attrs):
     xp = _pad_spatial(x, begin, [e + a for e, a in zip(end, extra)], _lowest(x.dtype))
     y, tap_of = None, None
     taps = _taps(kernel, dilations)
+    if int(attrs.get("_outputs", 2)) < 2:           # no Indices output: the same maxima, in place
+        for offset in taps:
+            view = _tap(xp, offset, out, strides)
+            if y is None:
+                y = view.copy()
+            else:
+                np.copyto(y, view, where=view > y)
+        return [y]
     for t, offset in enumerate(taps):
         view = _tap(xp, offset, out, strides)
         if y is None:
@@ -485,7 +499,7 @@ def max_pool_infer(inputs, attrs):
 
 
 # Windowed pools are OUT_EWISE_FUSABLE as in TVM: they may absorb an elementwise tail.
-register(OpDef("MaxPool", OpKind.OUT_EWISE_FUSABLE, max_pool_compute, max_pool_infer))
+register(OpDef("MaxPool", OpKind.OUT_EWISE_FUSABLE, max_pool_compute, max_pool_infer, sized_outputs=True))
 register(OpDef("AveragePool", OpKind.OUT_EWISE_FUSABLE, average_pool_compute, pool_infer))
 
 

@@ -83,6 +83,8 @@ class OpDef:
                                       # shape carry meaning (a zero point's dtype is the output's)
     foldable: bool = True             # False: never constant-folded (DequantizeLinear keeps int8
                                       # weights visible to the quantized fusions)
+    sized_outputs: bool = False       # compute reads attrs["_outputs"], how many outputs the node has,
+                                      # to skip optional ones nobody asked for (MaxPool's Indices)
 
     def node_kind(self, attrs: dict) -> OpKind:
         return self.kind_of(attrs) if self.kind_of is not None else self.kind
