@@ -403,7 +403,8 @@ def _run_gear(args, warnings: list, session, out: Outputs, out_dir: str) -> tupl
     session.reset_summary()
     # Dataset mode: after the first inference (warm-up and timings), the rest spread over
     # one process per free core (runner.run_many); one loop each, as ais_bench runs a dataset.
-    workers = blas.free_cores() if len(data.feeds) > 2 and args.loop == 1 else 1
+    # (a dynamic-shape model prices each input's sizes on their own, so it runs them one by one)
+    workers = blas.free_cores() if len(data.feeds) > 2 and args.loop == 1 and not model.graph.is_dynamic else 1
     names = session.get_output_names()
 
     every_output = []                 # --accuracy: each inference's outputs, in order

@@ -242,6 +242,8 @@ class InferSession:
         feeds_list = [self.feeds(f) for f in feeds_list]
         if not feeds_list:
             return []
+        if self.model.graph.is_dynamic:     # each input's sizes are priced on their own graph: one at a time
+            return [self.infer(f, gear=gear) for f in feeds_list]
         index = None
         if self.gears is not None:
             index = self.resolve_gear(gear) if gear is not None else self._gear

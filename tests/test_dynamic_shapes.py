@@ -145,6 +145,24 @@ def test_atc_sim_takes_the_sizes_from_dymshape_or_files_and_refuses_what_does_no
         assert code in capsys.readouterr().out
 
 
+def test_dataset_mode_prices_each_inputs_sizes_on_their_own(attention_om, capsys, monkeypatch):
+    """A folder of inputs of different sizes runs one by one (each priced at its own sizes),
+    not over run_many's processes, even when cores are free."""
+    from simulator import blas
+
+    _, om, _ = attention_om
+    folder = os.path.join(os.path.dirname(om), "in")
+    os.makedirs(folder)
+    for k, seq in enumerate((3, 7, 11)):
+        np.save(os.path.join(folder, f"{k}.npy"), np.ones((1, seq, 16), np.float32))
+    monkeypatch.setattr(blas, "free_cores", lambda: 2)
+    out = os.path.join(os.path.dirname(om), "o")
+    assert sim_cli.main(["--model", om, "--input", folder, "--output", out]) == 0
+    assert "spread over" not in capsys.readouterr().out
+    shapes = sorted(np.load(os.path.join(out, f)).shape for f in os.listdir(out) if f.endswith(".npy"))
+    assert shapes == [(1, 4, 3, 4), (1, 4, 7, 4), (1, 4, 11, 4)]
+
+
 def _conv_model() -> onnx.ModelProto:
     net = Net(opset=17)
     x = net.input("x", ["N", 3, "H", "W"])
