@@ -15,6 +15,7 @@ from atc_py.options import AtcOptions
 from atc_py.precision import PrecisionPlan, plan_precision
 from codegen.om_builder import OmPartitions, build_partitions
 from fusion_passes import pipeline
+from fusion_passes.canonical import CanonicalizePass
 from fusion_passes.switches import FusionSwitches, load_switches
 from ge.dynamic import hint_values, representative_values
 from ge.errors import AtcError
@@ -155,8 +156,9 @@ def budget_for(soc_version: str) -> Budget:
 
 def compile_model(options: AtcOptions, build: bool = True, skip_passes: tuple = ()) -> CompileResult:
     """Compile a model of static shapes (a gear model: `compile_gears`).  `skip_passes`: names
-    of fusion passes to leave out of the pipeline -- for benches that rebuild the graph another
-    compiler produced; users switch passes off with the switch file instead."""
+    of fusion passes or canonical rewrites to leave out of the pipeline -- for benches that
+    rebuild the graph another compiler produced; users switch passes off with the switch file
+    instead."""
     with use_budget(budget_for(options.soc_version)):
         return _compile(options, build, skip_passes=skip_passes)
 
@@ -217,6 +219,9 @@ def _compile(options: AtcOptions, build: bool, model=None, input_shape: Optional
     graph, changes, onnx_nodes, io = prepare_graph(options, model, input_shape)
     unfused = graph.clone()
     passes = [p for p in pipeline.fusion_passes(switches) if getattr(p, "pass_name", "") not in skip_passes]
+    for p in passes:
+        if skip_passes and isinstance(p, CanonicalizePass):     # the canonical stage's own rewrites
+            p.rewrites = tuple(r for r in p.rewrites if r.name not in skip_passes)
     results = run_passes(graph, passes, stage="Fusion passes")
     release_mapped()                      # fusions that repack weights read them
     origin_types = {n.name: n.op_type for n in unfused.nodes}

@@ -48,6 +48,11 @@ SOC = "Ascend310P3"
 # (COST_MODEL.md section 7): attention ran as BatchMatMul / Softmax / BatchMatMul, and
 # LayerNorm stayed its own op instead of a GEMM prologue.
 ATC_BERT = ("MultiHeadAttentionFusionPass", "LayerNormMatMulFusionPass")
+# ... and DenseNet's dense layers each copy every earlier feature map into a new Concat: a map
+# read by several concats can sit at one address only, so GE cannot make them all zero-copy
+# (about 240 kernels per DenseNet-121, COST_MODEL.md section 7); atc_py's ConcatPrefix rewrite
+# nests them into one growing buffer the convs write into (123 kernels).
+ATC_DENSENET = ("ConcatPrefix",)
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class Family:
 FAMILIES = {
     "ResNet-50": Family("resnet50"),
     "ResNet-101": Family("resnet101"),
-    "DenseNet-121": Family("densenet121"),
+    "DenseNet-121": Family("densenet121", (), ATC_DENSENET),
     "BERT-base (Sequence Length=128)": Family("bert_base", (("seq", 128), ("pooler", False)), ATC_BERT,
                                               ("input_ids", "attention_mask")),
     "BERT-base (Sequence Length=384)": Family("bert_base", (("seq", 384), ("pooler", False)), ATC_BERT,
@@ -399,11 +404,18 @@ def main(argv=None) -> int:
                         "(default: a temp folder); they are deleted once priced")
     parser.add_argument("--plot", default=os.path.join(REPO, "bench", "calibration.png"))
     parser.add_argument("--fit", action="store_true", help="search FIT_PARAMETERS and print the best values")
+    parser.add_argument("--only", default="", help="comma-separated row tags or model prefixes (e.g. densenet121,"
+                        "bert128_bs1): price only those rows (a quick check; the summary is then of them)")
     args = parser.parse_args(argv)
 
     from simulator.cost_model import load_chip
 
     rows = read_rows()
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        rows = [r for r in rows if any(r.tag == w or r.tag.startswith(w + "_") for w in wanted)]
+        if not rows:
+            parser.error(f"--only {args.only!r} names no row")
     chip = load_chip(SOC)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or tmp

@@ -587,3 +587,27 @@ if __name__ == "__main__" and sys.argv[1:] == ["--update"]:
         json.dump(reference_cases(), f, indent=1, sort_keys=True)
         f.write("\n")
     print(f"wrote {GOLDEN}")
+
+
+def test_reference_builds_leave_out_fusion_passes_and_canonical_rewrites(tmp_path):
+    """bench/calibrate.py prices ATC's graph of a published row: compile_model(skip_passes=)
+    drops a named fusion pass or a canonical rewrite (DenseNet's ConcatPrefix) and nothing else."""
+    from collections import Counter
+
+    from atc_py import zoo
+    from atc_py.compiler import compile_model
+    from atc_py.options import AtcOptions
+    from codegen.registry import kernel_of
+
+    path = zoo.save("densenet121", str(tmp_path), small=True)
+
+    def kernels(skip):
+        options = AtcOptions(model=path, framework="5", output=str(tmp_path / "m"), soc_version="Ascend310P3")
+        options.validate()
+        graph = compile_model(options, build=False, skip_passes=skip).graph
+        return Counter(n.op_type for n in graph.nodes if not kernel_of(n.op_type).no_task)
+
+    default, nested = kernels(()), kernels(("ConcatPrefix",))
+    assert "Concat" not in default and nested["Concat"] > 0          # the dense layers copy again
+    assert sum(nested.values()) > sum(default.values())
+    assert kernels(("ConvBNReluFusionPass",))["Conv"] > nested.get("Conv", 0)
