@@ -44,6 +44,22 @@ def reduce_axes(node: Node, rank: int) -> Optional[list]:
     return sorted(normalize_axis(int(a), rank) for a in axes)
 
 
+def trailing_reduce_miss(fusion_pass: FusionPass, rm: Node, anchor: Node, core: list, x: Value):
+    """(miss, axes): the Miss of a norm's ReduceMean that drops the reduced axes or does not
+    reduce the trailing axes of `x` (both norm passes' NF2003), else (None, its axes)."""
+    rank = len(x.desc.shape)
+    if int(rm.attrs.get("keepdims", 1)) != 1:
+        return fusion_pass.miss(reasons.UNSUPPORTED_ATTRIBUTE, anchor, core,
+                                f"ReduceMean {rm.name} must keep the reduced axes (keepdims=1), "
+                                f"it has keepdims={rm.attrs.get('keepdims')}", [x, rm.outputs[0]]), None
+    axes = reduce_axes(rm, rank)
+    if axes is None or axes != list(range(rank - len(axes), rank)):
+        return fusion_pass.miss(reasons.UNSUPPORTED_ATTRIBUTE, anchor, core,
+                                f"ReduceMean axes must be the trailing axes of the input, got "
+                                f"{rm.attrs.get('axes')} on rank {rank}", [x]), None
+    return None, axes
+
+
 class AffineParam(NamedTuple):
     value: Value             # the model's constant
     array: np.ndarray        # its values in the normalized shape
@@ -116,16 +132,11 @@ class LayerNormFusionPass(FusionPass):
 
     def _check(self, rm1, core, x, sq, rm2, add, div):
         rank = len(x.desc.shape)
-        for rm in (rm1, rm2):
-            if int(rm.attrs.get("keepdims", 1)) != 1:
-                return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, rm1, core,
-                                 f"ReduceMean {rm.name} must keep the reduced axes (keepdims=1), "
-                                 f"it has keepdims={rm.attrs.get('keepdims')}", [x, rm.outputs[0]])
-        axes = reduce_axes(rm1, rank)
-        if axes is None or axes != list(range(rank - len(axes), rank)):
-            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, rm1, core,
-                             f"ReduceMean axes must be the trailing axes of the input, got "
-                             f"{rm1.attrs.get('axes')} on rank {rank}", [x])
+        missed, axes = trailing_reduce_miss(self, rm1, rm1, core, x)
+        if missed is None:
+            missed, _ = trailing_reduce_miss(self, rm2, rm1, core, x)
+        if missed is not None:
+            return missed
         if reduce_axes(rm2, rank) != axes:
             return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, rm1, core,
                              f"both ReduceMeans must reduce the same axes, got {rm1.attrs.get('axes')} "

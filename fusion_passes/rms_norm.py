@@ -38,7 +38,7 @@ from onnx import helper
 
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse, operands, scalar_const, single_consumer
-from fusion_passes.layer_norm import AffineParam, affine_constant, affine_param, reduce_axes
+from fusion_passes.layer_norm import AffineParam, affine_constant, affine_param, trailing_reduce_miss
 from ge.ir import Graph, Node, Value
 
 FUSED_OP = "RMSNormalization"
@@ -122,15 +122,9 @@ class RmsNormFusionPass(FusionPass):
 
     def _check(self, rm, core, x, sq, exponent, add, n):
         rank = len(x.desc.shape)
-        if int(rm.attrs.get("keepdims", 1)) != 1:
-            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, rm, core,
-                             f"ReduceMean {rm.name} must keep the reduced axes (keepdims=1), "
-                             f"it has keepdims={rm.attrs.get('keepdims')}", [x, rm.outputs[0]])
-        axes = reduce_axes(rm, rank)
-        if axes is None or axes != list(range(rank - len(axes), rank)):
-            return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, rm, core,
-                             f"ReduceMean axes must be the trailing axes of the input, got "
-                             f"{rm.attrs.get('axes')} on rank {rank}", [x])
+        missed, axes = trailing_reduce_miss(self, rm, rm, core, x)
+        if missed is not None:
+            return missed
         for node, want in ((sq, 2.0), (exponent, -0.5)):
             if node is None or node.op_type != "Pow":
                 continue
