@@ -62,10 +62,12 @@ def test_coverage_and_totals():
     tasks = [{"op_name": "k1", "op_type": "ConvBNReluFusionOp", "origin_op_names": ["c1", "bn1"],
               "fusion_pass": "ConvBNReluFusionPass"},
              {"op_name": "c2", "op_type": "Conv2D", "origin_op_names": ["c2"], "fusion_pass": None},
+             {"op_name": "c4", "op_type": "Conv2D", "origin_op_names": ["c4", "view4"], "fusion_pass": ""},
              {"op_name": "k3", "op_type": "AutofusedKernel", "origin_op_names": ["c3"], "fusion_pass": "AutoFusePass"},
              {"op_name": "m", "op_type": "MultiHeadAttentionFusionOp", "origin_op_names": ["sm"]}]
     cov = analysis.coverage(tasks)
     assert analysis.fused(cov["c1"]) and analysis.fused(cov["c3"]) and not analysis.fused(cov["c2"])
+    assert not analysis.fused(cov["c4"])          # a plain conv with a view folded into it runs alone
     assert analysis.is_mha(cov["sm"]) and not analysis.is_mha(cov.get("nope"))
     row = {"file": "f", "family": "x", "export_ok": True, "compile_ok": True, "kernels": 10, "attn_layers": 2,
            "mha_layers": 1, "mha_kernels": 1, "convs": 4, "convs_fused": 3, "compare_fp32": "PASS",
