@@ -70,7 +70,12 @@ def broadcast_param(op_type: str, value: np.ndarray, shape: tuple, axis: int = 1
     value = np.asarray(value)
     rank = len(shape)
     if block_size:
-        axis = normalize_axis(int(axis), rank)
+        try:
+            axis = normalize_axis(int(axis), rank)
+        except ValueError:          # a blocked parameter needs a real axis (a rank-0 input has none)
+            raise invalid_attr(op_type, "axis", axis, f"out of range for an input of rank {rank}.") from None
+        if block_size < 0:
+            raise invalid_attr(op_type, "block_size", block_size, "it must not be negative.")
         blocks = -(-int(shape[axis]) // int(block_size))
         expect = tuple(blocks if i == axis else int(d) for i, d in enumerate(shape))
         if block_size < 0 or value.shape != expect:
