@@ -33,7 +33,7 @@ import numpy as np
 from codegen.registry import kernel_of, register
 from codegen.work import Work
 from ge.dynamic import bind, instantiate
-from ge.errors import InternalError
+from ge.errors import InternalError, InvalidNode
 from ge.ops.common import FLOAT_TYPES, with_impl
 from ge.ops.registry import OpDef, OpKind, TensorType
 from ge.symbolic import Dim, Symbol, atoms_of, parse
@@ -244,7 +244,24 @@ def infer(inputs, attrs):
     sub = _subgraph(attrs)
     forced = _override(sub, inputs)
     values = sub.bindings(_shapes(inputs))
+    if all(isinstance(d, (int, np.integer)) for t in inputs if t is not None for d in t.shape):  # static sizes
+        _check_members(sub, forced, values, attrs)
     return [_retype(sub.at(values, sub.stored_type(r)), forced) for r in sub.outputs]
+
+
+def _check_members(sub: SubGraph, forced, values, attrs) -> None:
+    """Each member's shape rule must accept its recorded input types and give its recorded
+    output shapes: a damaged sub-graph in an .om is refused when it is loaded, not found by a
+    kernel (or the pricing) at run time."""
+    for (op_type, op_attrs, _, _), (ins, outs) in zip(sub.ops, member_types(sub, forced, values)):
+        try:
+            inferred = kernel_of(op_type).op.infer(ins, with_impl(attrs, sub.at(values, op_attrs)))
+        except Exception as exc:      # noqa: BLE001 -- whatever a rule raises on types it never expected
+            raise InvalidNode(f"autofused member {op_type} does not accept its recorded inputs: "
+                              f"{type(exc).__name__}: {exc}", "Rebuild the .om with atc.") from exc
+        if len(inferred) < len(outs) or any(tuple(i.shape) != tuple(o.shape) for i, o in zip(inferred, outs)):
+            raise InvalidNode(f"autofused member {op_type} records outputs {[tuple(o.shape) for o in outs]}, its "
+                              f"inputs give {[tuple(i.shape) for i in inferred]}", "Rebuild the .om with atc.")
 
 
 def member_types(sub: SubGraph, forced: Optional[np.dtype], values: Optional[dict] = None) -> list:
