@@ -158,6 +158,8 @@ def _check_types(node: Node, op: OpDef, graph: Graph) -> None:
         raise _bad(f"Op [{node.name}] ({node.op_type}) records {len(node.outputs)} outputs, "
                    f"the kernel produces {len(inferred)}.")
     for value, ttype in zip(node.outputs, inferred):
+        if ttype is None:      # a (damaged) autofused sub-graph that types no output
+            raise _bad(f"Op [{node.name}] ({node.op_type}) gives no type for output [{value.name}].")
         if open_dims:
             ttype = TensorType(ttype.dtype, _recorded_where_open(tuple(ttype.shape), tuple(value.desc.shape), graph))
         if np.dtype(ttype.dtype) != np.dtype(value.desc.dtype) or tuple(ttype.shape) != tuple(value.desc.shape):
