@@ -239,7 +239,7 @@ def _apply_subgraph(data, e):
     op = fused[e["op"] % len(fused)]
     try:
         doc = json.loads(op.attr["subgraph"].s.decode("utf-8"))
-    except ValueError:
+    except (ValueError, RecursionError):   # not JSON (any more), or nested deeper than json reads
         return data
     doc = _edit_json(doc, e)
     op.attr["subgraph"].s = (doc if isinstance(doc, str) else json.dumps(doc)).encode("utf-8")
