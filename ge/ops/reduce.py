@@ -29,7 +29,7 @@ def reduced_axes(op_type: str, attrs: dict, rank: int) -> Optional[tuple]:
         if rank == 0:     # normalize_axis lets axis 0 through for rank 0; a reduction of a scalar has no axis
             raise ValueError(f"a scalar (rank 0) has no axis {list(axes)}")
         normalized = normalize_axes(axes, rank)
-    except ValueError as err:
+    except (ValueError, TypeError) as err:      # out of range, or not a list of ints (a 2-D axes tensor)
         raise invalid_attr(op_type, "axes", list(axes), str(err), f"Use axes in [-{rank}, {rank - 1}].") from err
     return tuple(normalized)
 

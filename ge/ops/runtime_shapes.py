@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ge.errors import InvalidNode
-from ge.ops.common import normalize_axis
+from ge.ops.common import axis_attr, normalize_axis
 from ge.ops.registry import TensorType
 from ge.symbolic import Dim, SymbolicDimError, bounds, dim_max, floordiv, upper_bound
 
@@ -233,7 +233,7 @@ def _unique(types, attrs, runtime, n, known, fresh):
         count = fresh(1 if all(bounds(d)[0] >= 1 for d in x.shape) else 0, numel_hi)
         y, inverse = (count,), (math.prod(x.shape),)
     else:
-        axis = normalize_axis(int(attrs["axis"]), len(x.shape))
+        axis = axis_attr("Unique", attrs, len(x.shape), 0)
         count = fresh(0, _hi(x.shape[axis]))
         y, inverse = tuple(count if i == axis else d for i, d in enumerate(x.shape)), (x.shape[axis],)
     return [_tt(x.dtype, y), _tt(np.int64, (count,)), _tt(np.int64, inverse), _tt(np.int64, (count,))][:max(n, 1)]

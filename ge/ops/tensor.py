@@ -515,7 +515,7 @@ _reg("NonZero", OpKind.OPAQUE, nonzero_compute, _value_dependent("NonZero"), inf
 
 def _unique_axis(x: np.ndarray, attrs) -> Optional[int]:
     axis = attrs.get("axis")
-    return None if axis is None else normalize_axis(int(axis), x.ndim)
+    return None if axis is None else common.axis_attr("Unique", attrs, x.ndim, 0)
 
 
 def unique_compute(inputs, attrs):
