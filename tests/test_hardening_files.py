@@ -203,6 +203,9 @@ def test_f9_failed_debug_dump_leaves_no_fusion_result(built, tmp_path, capsys, m
 _SIGNAL_DURING_RENAME = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
+# A background job (`pytest &`) starts with SIGINT ignored, and Python then installs no
+# KeyboardInterrupt handler: restore the one an interactive `atc` run has.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 real = os.replace
 def replace(src, dst, *a, **k):
     os.kill(os.getpid(), signal.{sig})     # the signal arrives while the .om is being put in place
