@@ -16,6 +16,7 @@ from typing import Optional
 
 import numpy as np
 import onnx
+import pytest
 
 MODELS = ("resnet50", "bert", "vit", "gpt2")
 EXPORTERS = ("torchscript", "dynamo")
@@ -241,6 +242,13 @@ def example_feeds(name: str, size: str = "small", layers: Optional[int] = None) 
     """The example inputs used at export time, as numpy feeds (BERT's mask has zeros)."""
     _, args, names = build(name, size, layers)
     return {n: a.numpy() for n, a in zip(names, args)}
+
+
+def export_cache_or_skip(tmp_path_factory, name: str) -> "ExportCache":
+    """The export cache a test module's fixture hands out; skips when the exporters are missing."""
+    for module in ("torch", "transformers", "onnxscript"):
+        pytest.importorskip(module)
+    return ExportCache(tmp_path_factory.mktemp(name))
 
 
 class ExportCache:

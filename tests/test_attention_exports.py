@@ -42,10 +42,7 @@ _FUSED: dict = {}
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("onnxscript")
-    return exporters.ExportCache(tmp_path_factory.mktemp("attention_exports"))
+    return exporters.export_cache_or_skip(tmp_path_factory, "attention_exports")
 
 
 def _fused(exports, case, passes=None):

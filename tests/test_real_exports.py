@@ -28,10 +28,7 @@ SHAPE_OPS = {"Shape", "Size", "ConstantOfShape"}
 
 @pytest.fixture(scope="session")
 def exports(tmp_path_factory):
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("onnxscript")
-    return exporters.ExportCache(tmp_path_factory.mktemp("real_exports"))
+    return exporters.export_cache_or_skip(tmp_path_factory, "real_exports")
 
 
 _LOWERED: dict = {}
