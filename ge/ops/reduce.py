@@ -145,6 +145,9 @@ for _name, _kernel in REDUCERS.items():
 
 def _make_arg(op_type: str, np_arg) -> OpDef:
     def axis_of(attrs, rank):
+        if rank == 0:  # ONNX's axis range [-r, r-1] is empty for a scalar (found by the fuzzer)
+            raise invalid_attr(op_type, "axis", int(attrs.get("axis", 0)), "the input is a scalar",
+                               f"{op_type} needs an input of rank 1 or more.")
         return axis_attr(op_type, attrs, rank, 0)
 
     def compute(inputs, attrs):

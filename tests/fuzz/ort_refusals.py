@@ -105,6 +105,7 @@ case("lrn_even_size", N("LRN", ["x"], ["y"], name="n", size=0), [("x", F, [1, 3,
 case("instnorm_scale_len", N("InstanceNormalization", ["x", "s", "b"], ["y"], name="n"), [("x", F, [1, 3, 4, 4])], [f32("s", [1, 1]), f32("b", [0, 0])])
 case("layernorm_axis_oob", N("LayerNormalization", ["x", "s"], ["y"], name="n", axis=3), [("x", F, [2, 6])], [f32("s", np.ones(6))])
 case("layernorm_scale_len", N("LayerNormalization", ["x", "s"], ["y"], name="n", axis=-1), [("x", F, [2, 6])], [f32("s", np.ones(5))])
+case("argmax_scalar", N("ArgMax", ["x"], ["y"], name="n"), [("x", F, [])], out_t=I)
 case("argmax_axis_oob", N("ArgMax", ["x"], ["y"], name="n", axis=2), [("x", F, [2, 6])], out_t=I)
 case("cumsum_axis_oob", N("CumSum", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("a", 5)])
 case("where_incompat", N("Where", ["c", "x", "x"], ["y"], name="n"), [("x", F, [2, 6])], [numpy_helper.from_array(np.ones((3,), bool), "c")])
