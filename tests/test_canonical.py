@@ -98,3 +98,29 @@ def test_absorbed_origins_follow_the_node():
     relu, neg = graph.nodes
     absorb_origin(relu, [neg])
     assert relu.origin == ["relu", "neg"]
+
+
+def test_a_token_view_rises_above_a_bias_only_when_the_bias_keeps_its_rank():
+    """Reshape([6,5] <- Add(MatMul(view(x), W), b[1,1,5])): lifted, the Add would read the
+    rank-2 view and broadcast it to [1,6,5] -- the graph output changed shape.  The view stays."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from helpers import assert_matches_ort, fuse_model
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 5)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal((1, 1, 5)).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([2, 3, 4], np.int64), "s3"),
+             numpy_helper.from_array(np.array([6, 5], np.int64), "s2")]
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),    # the linear reads a view of a view
+             helper.make_node("Reshape", ["xt", "s3"], ["v"]),
+             helper.make_node("MatMul", ["v", "W"], ["mm"]),
+             helper.make_node("Add", ["mm", "b"], ["y"]),
+             helper.make_node("Reshape", ["y", "s2"], ["out"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [6, 5])], initializer=inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    graph, _ = fuse_model(model)
+    assert [tuple(v.desc.shape) for v in graph.outputs] == [(6, 5)]
+    assert_matches_ort(model, graph)

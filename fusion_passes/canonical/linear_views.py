@@ -117,8 +117,8 @@ class ViewAboveLinear(Rewrite):
         if op.op_type == "Add":
             source = op.inputs[0] if row_bias(op, op.inputs[0]) is not None else op.inputs[1]
             bias = row_bias(op, source)
-            if bias is None or not self._reads_view(source):
-                return False
+            if bias is None or bias.const.ndim > len(view.outputs[0].desc.shape) or not self._reads_view(source):
+                return False                # a bias of more axes than the view's would broadcast it up
             lifted = _redo_view(graph, view, source, view.name)
             new = add_node(graph, "Add", [lifted.outputs[0], bias], {}, op.name, [op])
         elif op.op_type == "MatMul" and linear_weight(op, op.inputs[0]) and is_view(op.inputs[0].producer):
