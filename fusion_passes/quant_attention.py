@@ -30,6 +30,7 @@ from codegen.fused.quant_attention import QUANT_ATTENTION, QUANT_BATCH_MATMUL
 from codegen.registry import kernel_of
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse, scalar_const, single_consumer
+from fusion_passes.canonical.quant_views import same_quantization
 from fusion_passes.quant_chain import dequant_source, is_int8
 from ge.ir import Graph, Node, Value
 from ge.ops.quant import F32
@@ -150,6 +151,10 @@ class QuantAttentionFusionPass(FusionPass):
             v = int8_operand(context.inputs[1])
             p_int8 = chain[-1].op_type == "DequantizeLinear" and len(chain) > 1 and \
                 chain[-2].op_type == "QuantizeLinear"
+            if p_int8 and not same_quantization(chain[-1], chain[-2]):   # the kernel uses the Q's parameters
+                return self.miss(reasons.UNSUPPORTED_VARIANT, mm, [mm] + chain + [context],
+                                 "P's DequantizeLinear must use the scale and zero point P was quantized with",
+                                 [chain[-2].outputs[0], chain[-1].outputs[0]])
         if not p_int8 or v is None:
             return self.miss(reasons.DTYPE_MISMATCH, mm, [mm] + chain + [context], "P must be requantized to int8 "
                              "(Softmax -> Q -> DQ) and V a dequantized int8 activation", [cur, context.inputs[1]])

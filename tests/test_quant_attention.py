@@ -109,3 +109,19 @@ def test_quantize_static_bert_attention_fuses_in_every_layer(form):
     expected, got = run_ort(quantized, f), run_ir(graph, f)
     for name, ref in expected.items():
         assert np.max(np.abs(got[name].astype(np.float64) - ref)) <= 1e-6 * max(1.0, np.abs(ref).max())
+
+
+def test_p_dequantized_with_other_parameters_than_it_was_quantized_with_is_a_miss():
+    """The kernel multiplies P's int8 by the scale of P's QuantizeLinear; a DequantizeLinear
+    of P with another scale would be computed with the wrong one, so it stays unfused."""
+    model = qdq_attention()
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(S(2 / 255)), "ps2"))
+    [p_dq] = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == "pd_q"]
+    p_dq.input[1] = "ps2"
+    graph, results = fuse_model(model, passes=[CanonicalizePass, QuantAttentionFusionPass])
+    assert "QuantMultiHeadAttentionFusionOp" not in op_types(graph)
+    [miss] = [m for m in results["QuantMultiHeadAttentionFusionPass"].misses if m.code == reasons.UNSUPPORTED_VARIANT]
+    assert "P's DequantizeLinear" in miss.constraint       # (P.V, anchored too, misses as P's readers)
+    f = feeds()
+    expected, got = run_ort(model, f)["y"], run_ir(graph, f)["y"]
+    assert np.max(np.abs(got.astype(np.int32) - expected)) <= 1

@@ -30,7 +30,9 @@ def _param(node: Node, name: str) -> Optional[np.ndarray]:
     return None if value is None else np.asarray(value)
 
 
-def _same_quantization(dq: Node, q: Node) -> bool:
+def same_quantization(dq: Node, q: Node) -> bool:
+    """Whether `dq` and `q` use one quantization: per-tensor, unblocked, the same scale and
+    zero point, the same integer type (then Q(DQ(q)) = q)."""
     if int(dq.attrs.get("block_size", 0) or 0) or int(q.attrs.get("block_size", 0) or 0):
         return False
     ds, qs = _param(dq, "x_scale"), _param(q, "y_scale")
@@ -67,7 +69,7 @@ class QuantizedView(Rewrite):
         if found is None:
             return False
         dq, views = found
-        if not _same_quantization(dq, node):
+        if not same_quantization(dq, node):
             return False
         current = dq.inputs[0]
         for view in views:
