@@ -15,8 +15,8 @@ Pattern (anchor: the pooling op, over all spatial axes with the dims kept):
     g = act2(Conv1x1(h, W2, b2))       act2 optional (Sigmoid, HardSigmoid, ...)
     y = Mul(x, g)                      either operand order
 Misses: a conv that is not 1x1 / group 1 / unpadded (NF2003), weights or biases not constant
-(NF2002), the SE not taking C channels back to C (NF2004), the pooled tensor, the hidden
-tensor or the gate read elsewhere (NF2001), a cycle (NF1002).
+(NF2002), the SE not taking C channels back to C (NF2004); the pass runner refuses the pooled
+tensor, the hidden tensor or the gate read elsewhere (NF2001) and a cycle (NF1002).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from typing import Optional
 from codegen.fused.epilogue import activation_attrs, is_activation
 from codegen.fused.squeeze_excitation import OP_TYPE, SLOTS
 from fusion_passes import reasons
-from fusion_passes.base import FusionPass, Match, creates_cycle, escaping_values, fuse, operands, single_consumer
+from fusion_passes.base import FusionPass, Match, fuse, operands, single_consumer
 from ge.ir import Graph, Node, Value
 from ge.ops.common import normalize_axes
 
@@ -43,15 +43,21 @@ def _pools_spatial(pool: Node) -> bool:
         normalize_axes([int(a) for a in axes], rank) == list(range(2, rank))
 
 
+def _reader(value: Value, test) -> Optional[Node]:
+    """The one reader of `value` that passes `test`, else None.  Other readers do not stop
+    the pattern: the pass runner refuses a match whose intermediates they read (NF2001)."""
+    found = list({id(u): u for u, _ in value.uses if test(u)}.values())
+    return found[0] if len(found) == 1 else None
+
+
 def _conv_act(value: Value):
-    """(conv, activation node | None, output) when `value` alone feeds a Conv, else None."""
-    conv = single_consumer(value)
-    if conv is None or conv.op_type != "Conv" or conv.inputs[0] is not value:
+    """(conv, activation node | None, output) when a Conv reads `value` as its input."""
+    conv = _reader(value, lambda u: u.op_type == "Conv" and u.inputs[0] is value)
+    if conv is None:
         return None
-    act = single_consumer(conv.outputs[0])
-    if act is not None and is_activation(act) and act.inputs[0] is conv.outputs[0]:
-        return conv, act, act.outputs[0]
-    return conv, None, conv.outputs[0]
+    y = conv.outputs[0]
+    act = _reader(y, lambda u: is_activation(u) and u.inputs[0] is y)
+    return (conv, act, act.outputs[0]) if act is not None else (conv, None, y)
 
 
 def _fc_problem(conv: Node) -> Optional[tuple]:
@@ -85,8 +91,8 @@ class SqueezeExcitationFusionPass(FusionPass):
             return None
         conv1, act1, hidden = first
         conv2, act2, gate = second
-        mul = single_consumer(gate)
-        pair = operands(mul, lambda v: v is gate) if mul is not None and mul.op_type == "Mul" else None
+        mul = _reader(gate, lambda u: u.op_type == "Mul")
+        pair = operands(mul, lambda v: v is gate) if mul is not None else None
         if pair is None or pair.other is not x:
             return None                          # not a gate on the pooled tensor: not this pattern
         nodes = [pool, conv1] + ([act1] if act1 else []) + [conv2] + ([act2] if act2 else [])
@@ -104,12 +110,6 @@ class SqueezeExcitationFusionPass(FusionPass):
         if scale_input:
             nodes.append(mul)
         out = mul.outputs[0] if scale_input else gate
-        escaping = escaping_values(nodes, [out])
-        if escaping:
-            return self.miss(reasons.OTHER_CONSUMERS, pool, nodes, f"intermediate(s) {[v.name for v in escaping]} "
-                             "of the SE branch are used outside it", escaping)
-        if creates_cycle(nodes):
-            return self.miss(reasons.WILL_CREATE_CYCLE, pool, nodes, "fusing the SE branch would create a cycle", [])
         return SEMatch(nodes, OP_TYPE, [out], x=x, conv1=conv1, act1=act1, conv2=conv2, act2=act2,
                        scale_input=scale_input)
 

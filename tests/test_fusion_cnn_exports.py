@@ -252,6 +252,17 @@ def test_squeeze_excite_misses():
         assert_matches_ort(model, graph, precision=precision)
 
 
+def test_a_squeeze_excite_whose_hidden_tensor_is_read_elsewhere_is_refused():
+    net = Net()
+    x = net.input("x", [2, 8, 4, 4])
+    h = net.op("Relu", net.op("Conv", net.op("GlobalAveragePool", x), net.rand(4, 8, 1, 1), net.rand(4)))
+    g = net.op("Sigmoid", net.op("Conv", h, net.rand(8, 4, 1, 1), net.rand(8)))
+    graph, stats = fuse_model(model := net.model(net.op("Mul", x, g), h))      # h: a graph output too
+    assert [code for code, _ in _misses(stats, "SqueezeExcitationFusionPass")] == ["NF2001"]
+    assert "SqueezeExcitationFusionOp" not in op_types(graph)
+    assert_matches_ort(model, graph)
+
+
 def test_head_over_a_concat_along_another_axis_is_a_miss():
     net = Net()
     x, other = net.input("x", [1, 4, 6, 6]), net.input("o", [1, 8, 2, 6])
