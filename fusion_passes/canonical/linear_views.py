@@ -22,6 +22,7 @@ from typing import Optional
 
 from fusion_passes.canonical.rewrite import Rewrite, add_node, replace_value
 from fusion_passes.layout import is_view
+from fusion_passes.linear import bias_of, linear_producing
 from ge.ir import Graph, Node, Value
 
 
@@ -44,19 +45,6 @@ def linear_weight(node: Optional[Node], value: Value) -> bool:
             and node.inputs[1] is not None and node.inputs[1].is_const and node.inputs[1].const.ndim == 2)
 
 
-def row_bias(node: Optional[Node], value: Value) -> Optional[Value]:
-    """The constant of `node` = Add(value, b) when b varies along the last axis only."""
-    if node is None or node.op_type != "Add" or len(node.inputs) != 2:
-        return None
-    other = node.inputs[1] if node.inputs[0] is value else node.inputs[0] if node.inputs[1] is value else None
-    if other is None or not other.is_const or other is value:
-        return None
-    shape = other.const.shape
-    if len(shape) > len(value.desc.shape) or any(d != 1 for d in shape[:-1]):
-        return None
-    return other if tuple(node.outputs[0].desc.shape) == tuple(value.desc.shape) else None
-
-
 def _redo_view(graph: Graph, view: Node, source: Value, name: str) -> Node:
     """`view` applied to `source` (same last axis handling, `source`'s last dim)."""
     if view.op_type == "Transpose":
@@ -68,11 +56,8 @@ def _redo_view(graph: Graph, view: Node, source: Value, name: str) -> Node:
 def viewed_linear_output(value: Value) -> bool:
     """`value` is computed by a linear layer (+ bias) that reads a view: a token view of it
     rises (ViewAboveLinear), so it must not sink."""
-    node = value.producer
-    if node is not None and node.op_type == "Add":
-        source = next((v for v in node.inputs if row_bias(node, v) is not None), None)
-        node = source.producer if source is not None else None
-    return node is not None and linear_weight(node, node.inputs[0]) and is_view(node.inputs[0].producer)
+    linear = linear_producing(value)
+    return linear is not None and is_view(linear.x.producer)
 
 
 def _sole_reader(value: Value) -> Optional[Node]:
@@ -94,7 +79,7 @@ class ViewBelowLinear(Rewrite):
         if linear_weight(reader, out):
             moved = add_node(graph, "MatMul", [x, reader.inputs[1]], {}, reader.name, [reader])
         else:
-            bias = row_bias(reader, out)
+            bias = bias_of(reader, out)
             if bias is None:
                 return False
             moved = add_node(graph, "Add", [x, bias], {}, reader.name, [reader])
@@ -115,8 +100,8 @@ class ViewAboveLinear(Rewrite):
         if op is None or len(y.uses) != 1 or y.is_graph_output:
             return False
         if op.op_type == "Add":
-            source = op.inputs[0] if row_bias(op, op.inputs[0]) is not None else op.inputs[1]
-            bias = row_bias(op, source)
+            source = op.inputs[0] if bias_of(op, op.inputs[0]) is not None else op.inputs[1]
+            bias = bias_of(op, source)
             if bias is None or bias.const.ndim > len(view.outputs[0].desc.shape) or not self._reads_view(source):
                 return False                # a bias of more axes than the view's would broadcast it up
             lifted = _redo_view(graph, view, source, view.name)
