@@ -40,6 +40,30 @@ def test_a_fusion_on_an_untyped_graph_is_an_internal_error():
     assert "typed" in err.value.message
 
 
+class ReshapeAnOutput(GraphPass):
+    """A broken pass: it makes the graph output another (well-formed) value of another shape."""
+
+    name = "ReshapeAnOutput"
+    requires = frozenset({TYPED})
+
+    def run(self, graph: Graph) -> PassResult:
+        out = graph.outputs[0]
+        node = graph.make_node("Reshape", [out], attrs={"shape": [-1], "allowzero": 0},
+                               name=graph.unique_name("broken"), descs=[TensorDesc(out.desc.dtype, (out.desc.size,))])
+        graph.outputs = [node.outputs[0]] + list(graph.outputs[1:])
+        node.outputs[0].name, out.name = out.name, graph.unique_name(out.name)
+        return PassResult(self.name, 1)
+
+
+def test_a_pass_that_changes_what_the_graph_returns_is_an_internal_error():
+    """verify() sees a well-formed graph; run_passes compares the outputs' names, dtypes and
+    shapes before and after every pass on a typed graph, so the broken pass is named."""
+    graph = lower(zoo.build("seed_testmodel", small=True))
+    with pytest.raises(InternalError) as err:
+        run_passes(graph, [ReshapeAnOutput()])
+    assert err.value.code == "E19999" and "ReshapeAnOutput changed the graph outputs" in err.value.message
+
+
 class CountAdds(GraphPass):
     """A stand-in for a canonicalization stage: any GraphPass is one more entry in the list."""
 

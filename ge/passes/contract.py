@@ -5,9 +5,10 @@ a `name`, the graph properties it `requires` and the ones it `ensures`, and
 `run(graph) -> PassResult` that says what it changed.  `run_passes` runs a list in order:
 it checks each pass's requirements against what the graph is known to satisfy
 (`Graph.properties`), and after each pass restores topological order and checks the IR's
-invariants (`Graph.verify`), so a pass never has to and a broken pass is caught where it
-broke.  A missing requirement or a broken invariant is an InternalError (E19999): it is a
-bug in the pass order or in a pass, never the user's model.
+invariants (`Graph.verify`) and, on a typed graph, that the graph outputs kept their names,
+dtypes and shapes, so a pass never has to and a broken pass is caught where it broke.  A
+missing requirement or a broken invariant is an InternalError (E19999): it is a bug in the
+pass order or in a pass, never the user's model.
 """
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def run_passes(graph: Graph, passes: Sequence[GraphPass], stage: str = "") -> li
         progress.stage(stage, len(passes))
     results = []
     for done, fpass in enumerate(passes, 1):
+        before = _output_types(graph) if TYPED in graph.properties else None
         try:
             result = fpass.run(graph)
         except AtcError:
@@ -79,7 +81,16 @@ def run_passes(graph: Graph, passes: Sequence[GraphPass], stage: str = "") -> li
         except AtcError as exc:   # the graph was acyclic before the pass: the pass made the cycle
             raise InternalError(f"pass {fpass.name} left a cycle in the graph: {exc.message}") from exc
         graph.verify(require_types=TYPED in graph.properties, require_static=STATIC in graph.properties)
+        if before is not None and _output_types(graph) != before:
+            raise InternalError(f"pass {fpass.name} changed the graph outputs' types from {before} to "
+                                f"{_output_types(graph)}")
         results.append(result)
         if stage:
             progress.update(done)
     return results
+
+
+def _output_types(graph: Graph) -> list:
+    """What a pass on a typed graph must keep: the outputs' names, dtypes and shapes (a pass
+    changes how the graph computes them, never what the model returns)."""
+    return [(v.name, str(v.desc.dtype), tuple(v.desc.shape)) for v in graph.outputs]
