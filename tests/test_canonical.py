@@ -124,3 +124,17 @@ def test_a_token_view_rises_above_a_bias_only_when_the_bias_keeps_its_rank():
     graph, _ = fuse_model(model)
     assert [tuple(v.desc.shape) for v in graph.outputs] == [(6, 5)]
     assert_matches_ort(model, graph)
+
+
+def test_a_view_of_an_empty_tensor_stays_a_view_of_it():
+    """Unsqueeze [3, 0] -> [1, 3, 0] as a Reshape: its 0 is an empty axis (allowzero), not
+    "copy input dim 2", which does not exist (the model was refused with E16004)."""
+    from builder import Net
+    from helpers import assert_matches_ort, fuse_model
+    net = Net(opset=17)
+    x = net.input("x", [3, 0])
+    y = net.op("Unsqueeze", net.op("Relu", x), net.const(np.array([0], np.int64)))
+    model = net.model(net.op("Relu", y))
+    graph, _ = fuse_model(model)
+    assert [tuple(v.desc.shape) for v in graph.outputs] == [(1, 3, 0)]
+    assert_matches_ort(model, graph, feeds={"x": np.zeros((3, 0), np.float32)})

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Optional
 
 from fusion_passes.canonical.rewrite import Rewrite, add_node, replace_value
+from fusion_passes.canonical.view_forms import reshape_to
 from fusion_passes.layout import is_view
 from fusion_passes.linear import bias_of, linear_producing
 from ge.ir import Graph, Node, Value
@@ -49,8 +50,7 @@ def _redo_view(graph: Graph, view: Node, source: Value, name: str) -> Node:
     """`view` applied to `source` (same last axis handling, `source`'s last dim)."""
     if view.op_type == "Transpose":
         return add_node(graph, "Transpose", [source], {"perm": list(view.attrs.get("perm"))}, name, [view])
-    shape = list(view.outputs[0].desc.shape[:-1]) + [source.desc.shape[-1]]
-    return add_node(graph, "Reshape", [source], {"shape": shape, "allowzero": 0}, name, [view])
+    return reshape_to(graph, source, list(view.outputs[0].desc.shape[:-1]) + [source.desc.shape[-1]], name, [view])
 
 
 def viewed_linear_output(value: Value) -> bool:

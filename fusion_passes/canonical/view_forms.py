@@ -8,10 +8,12 @@ from ge.symbolic import Dim
 
 
 def reshape_to(graph: Graph, source, shape, name: str, origin) -> Node:
-    """A Reshape of `source` to `shape` (no 0 or -1 left to interpret; a symbolic dim stays an
-    expression the kernel evaluates when it runs)."""
+    """A Reshape of `source` to `shape` (no -1 left to interpret, and a 0 is an empty axis,
+    not a copied one: allowzero; a symbolic dim stays an expression the kernel evaluates
+    when it runs)."""
     dims = [d if isinstance(d, Dim) else int(d) for d in shape]
-    return add_node(graph, "Reshape", [source], {"shape": dims, "allowzero": 0}, name, origin)
+    allowzero = int(any(not isinstance(d, Dim) and d == 0 for d in dims))
+    return add_node(graph, "Reshape", [source], {"shape": dims, "allowzero": allowzero}, name, origin)
 
 
 class ViewAsReshape(Rewrite):
