@@ -411,3 +411,23 @@ def test_a_sub_graph_whose_dims_its_inputs_do_not_tell_is_not_bindable():
     told = decode_subgraph(encode_subgraph([TensorType(f32, (b, s, 16))],
                                            [("Relu", {}, [("i", 0)], [TensorType(f32, (b, s, 16))])], [("o", 0, 0)]))
     assert told.bindable() and told.bindings([(2, 5, 16)]) == {"B": 2, "S": 5}
+
+
+def test_a_shape_the_sampled_sizes_agree_on_is_checked_at_the_range_end_too(tmp_path):
+    """MaxPool(kernel 1, stride 40, ceil_mode) over S in 2~120 has 1 output step up to S = 41
+    and 3 at S = 120: the rule needs ints, and the sizes it was tried at (2, 3, 9, 31) all
+    gave 1, which the .om recorded as a fixed dim -- a valid S = 100 was then refused as a
+    damaged model.  The high end is tried too, so the dim stays dynamic."""
+    net = Net(opset=17)
+    x = net.input("x", [1, 1, "S"])
+    pooled = net.op("MaxPool", net.op("Relu", x), kernel_shape=[1], strides=[40], ceil_mode=1)
+    path = str(tmp_path / "pool.onnx")
+    onnx.save(net.model(net.op("Relu", pooled)), path)
+    atc_py.compile(path, output=str(tmp_path / "pool"), soc_version="Ascend910", input_shape="x:1,1,2~120")
+    graph = load_om_graph(str(tmp_path / "pool.om")).graph
+    assert isinstance(graph.outputs[0].desc.shape[2], Dim)
+    from helpers import run_ir
+    for length in (10, 100):
+        feed = {"x": np.random.default_rng(length).standard_normal((1, 1, length)).astype(np.float32)}
+        expected = run_ort(onnx.load(path), feed)
+        np.testing.assert_array_equal(run_ir(graph, feed)[graph.outputs[0].name], list(expected.values())[0])

@@ -4,7 +4,8 @@ Most rules compute with `ge.symbolic.Dim`s as with ints and give exact expressio
 that has to decide something the ranges do not (a ceil_mode window, a clamp) raises
 `SymbolicDimError`; then the rule is evaluated on a few concrete instances of the symbols
 (range ends and points inside, different for each symbol) and each output dim is
-- an int when every instance gives the same one and the instances cover the range ends,
+- an int when every instance gives the same one (both ends of a bounded range included:
+  a dim that changes only near the high end is not taken for a constant),
 - an input's symbolic dim when it takes that dim's value in every instance,
 - else a fresh "data" symbol the simulator binds from the kernel's real output.
 The executor checks every output against these shapes when it runs, so a wrong guess
@@ -21,7 +22,7 @@ from ge.errors import AtcError, InvalidNode
 from ge.ops.registry import OpDef, TensorType
 from ge.symbolic import Dim, Symbol, SymbolicDimError, atoms_of, evaluate, free_symbols
 
-_SAMPLES = 4
+_SAMPLES = 5
 
 
 def _symbols_in(types, attrs) -> dict:
@@ -51,14 +52,15 @@ def _symbols_in(types, attrs) -> dict:
 
 
 def _instances(symbols: dict) -> list:
-    """Assignments of the symbols: the low end, the low end + 1, and two irregular points
-    (capped by the high end), shifted per symbol so two symbols rarely take equal values."""
+    """Assignments of the symbols: the low end, the low end + 1, two irregular points (capped
+    by the high end), shifted per symbol so two symbols rarely take equal values, and the
+    high end (a farther irregular point when unbounded)."""
     out = []
     for k in range(_SAMPLES):
         values = {}
         for j, (name, atom) in enumerate(sorted(symbols.items())):
             lo, hi = atom.lo, atom.hi
-            value = [lo, lo + 1, lo + 7 + 3 * j, lo + 29 + 5 * j][k]
+            value = [lo, lo + 1, lo + 7 + 3 * j, lo + 29 + 5 * j, lo + 113 + 7 * j if hi is None else hi][k]
             values[name] = value if hi is None else min(value, hi)
         out.append(values)
     return out
