@@ -260,15 +260,6 @@ def is_symbol_name(name: str) -> bool:
         and name not in ("max", "min")
 
 
-def as_symbol(x) -> Optional[Symbol]:
-    """The Symbol if `x` is exactly one symbol (coefficient 1), else None."""
-    if isinstance(x, Dim) and len(x.terms) == 1:
-        mono, coeff = x.terms[0]
-        if coeff == 1 and len(mono) == 1 and isinstance(mono[0], Symbol):
-            return mono[0]
-    return None
-
-
 # -- normal form ------------------------------------------------------------------------------
 
 def _poly(x) -> dict:
