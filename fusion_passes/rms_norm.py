@@ -13,11 +13,14 @@ the ReduceMean), at any opset:
         | Mul(x, Pow(t, -0.5))
     y   = Mul(Cast(n), w)                  the Cast and w optional; either operand order
 
-Cast wrappers: a float16/bfloat16 model computes the statistics in float32 --
-`Cast(x_in -> float32)` before and `Cast(-> x_in's type)` after -- which is exactly the op's
-stash_type: the node reads x_in and keeps the float32 statistics (stash_type 1).  Without
-the wrapper the statistics stay in x's type (stash_type = that type), so the op computes
-what the graph did.  In float32 models both Casts are no-ops the importer already dropped.
+Cast wrappers: a float16 model computes the statistics in float32 -- `Cast(x_in -> float32)`
+before and `Cast(-> x_in's type)` after -- which is exactly the op's stash_type: the node
+reads x_in and keeps the float32 statistics (stash_type 1).  Without the wrapper the
+statistics stay in x's type (stash_type = that type), so the op computes what the graph
+did.  In float32 models both Casts are no-ops the importer already dropped.  A bfloat16
+model's wrapper is not taken (ml_dtypes' bfloat16 is no numpy floating type, and
+ge/ops/normalization.py widens only float16 for stash_type 1): the norm runs on the
+float32 x and the Casts stay outside.
 
 Constraints, each a Miss: keepdims=1 and the reduced axes trailing (NF2003), the exponents 2
 and -0.5 (NF2006), eps a scalar constant (NF2002), float data (NF2005), nothing broadcast
