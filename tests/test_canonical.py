@@ -138,3 +138,17 @@ def test_a_view_of_an_empty_tensor_stays_a_view_of_it():
     graph, _ = fuse_model(model)
     assert [tuple(v.desc.shape) for v in graph.outputs] == [(1, 3, 0)]
     assert_matches_ort(model, graph, feeds={"x": np.zeros((3, 0), np.float32)})
+
+
+def test_a_gather_of_out_of_range_indices_is_no_identity():
+    """GatherND indices [[0,0],[0,1],[0,2],[1,0],[1,1],[1,5]] on [2, 3] data would enumerate
+    it once 5 is taken modulo 3; but 5 is out of range (onnxruntime refuses the run), so the
+    node stays a GatherND, which refuses it too, instead of becoming a Reshape that runs."""
+    from fusion_passes.canonical.identity_gather import IdentityGather
+    g = Graph("g")
+    x = g.new_value("x", TensorDesc(F32, (2, 3)))
+    g.inputs.append(x)
+    for last, rewritten in ((2, True), (5, False)):
+        idx = g.constant(f"idx{last}", np.array([[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, last]], np.int64))
+        node = g.make_node("GatherND", [x, idx], name=g.unique_name("gather"), descs=[TensorDesc(F32, (6,))])
+        assert IdentityGather().apply(g, node) is rewritten

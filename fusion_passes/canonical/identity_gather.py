@@ -24,7 +24,10 @@ def _enumerates(indices: np.ndarray, dims: tuple) -> bool:
     k = len(dims)
     if indices.ndim < 1 or indices.shape[-1] != k or int(np.prod(indices.shape[:-1])) != int(np.prod(dims)):
         return False
-    flat = indices.reshape(-1, k).astype(np.int64) % np.asarray(dims, np.int64)
+    flat, bound = indices.reshape(-1, k).astype(np.int64), np.asarray(dims, np.int64)
+    if np.any(flat < -bound) or np.any(flat >= bound):
+        return False                    # out of range: the op refuses it, a Reshape would not
+    flat = flat % bound
     return bool(np.array_equal(np.ravel_multi_index(flat.T, dims), np.arange(flat.shape[0])))
 
 
