@@ -57,15 +57,14 @@ def _write_om(out: Outputs, options: AtcOptions, partitions, ops: int, progress)
     """Stream the .om into `out` (the weights go from where they live to the file, never
     copied), telling `progress` and dropping the pages of the mapped files it has written
     from (only those: a model can have thousands of external data files)."""
-    from ge.files import map_of, release_mapped, release_maps
+    from ge.files import maps_of, release_mapped, release_maps
     from om_format.container import stream_om
 
     released = [0]
     touched: dict = {}                      # id -> map written from since the last release
 
     def wrote(chunk) -> None:
-        mapped = map_of(chunk)
-        if mapped is not None:
+        for mapped in maps_of(chunk):
             touched[id(mapped)] = mapped
 
     def written(done: int, total: int) -> None:

@@ -123,7 +123,7 @@ def lower_graph(graph: Graph, g, weights: WeightsBuilder, tasks: ModelTaskDef,
 
     def const_ref(value: Value) -> str:
         if id(value) not in refs:
-            array = value.const
+            array = value.stored_const               # a deferred one stays so: computed while it is written
             offset, size = weights.add(array)        # a view: the bytes are streamed when the .om is written
             op = g.op.add(name=value.name + suffix, type="Const", id=len(g.op))
             tensor = TensorDef()

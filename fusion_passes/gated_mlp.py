@@ -8,8 +8,9 @@ T5 v1.1 (GeGLU) write their MLP, either Mul operand order:
 
 The gate and up projections are linear layers (fusion_passes/linear.py: a constant 2-D
 weight, an optional last-axis bias) reading the same x, with weights of one shape.  The
-rewrite packs them into one weight [K, 2I] (gate columns first) and one bias (a missing
-half is zeros, none when both are missing) and emits MatMulBias{SwiGlu,GeGlu,...}FusionOp
+rewrite packs them into one weight [K, 2I] (gate columns first; a deferred constant,
+ge/deferred.py: packed row block by row block as the .om is written, never held whole) and
+one bias (a missing half is zeros, none when both are missing) and emits MatMulBias{SwiGlu,GeGlu,...}FusionOp
 whose epilogue computes act(g) * u on the accumulator (codegen/fused/epilogue.py `gate`):
 one GEMM reads x once and writes h once.  What follows is left to the passes after it:
 MatMulBiasAct takes the down projection with the residual Add, and Layer/RmsNormMatMul the
@@ -51,6 +52,7 @@ from codegen.fused.gemm import SLOTS, fused_op_type
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse
 from fusion_passes.linear import Linear, linear_producing
+from ge.deferred import ColumnConcat
 from ge.ir import Graph, Node, Value
 
 FUSED_OPS = tuple(f"MatMulBias{name}FusionOp" for name in GLU_NAMES.values())
@@ -107,7 +109,7 @@ class GatedMlpFusionPass(FusionPass):
         has_bias = gate.bias is not None or up.bias is not None
         bias = np.concatenate([_bias_vector(gate, dtype), _bias_vector(up, dtype)]) if has_bias else None
         return GatedMlpMatch(nodes, fused_op_type(attrs), [out], x=gate.x,
-                             weight=np.concatenate([gate.weight.const, up.weight.const], axis=1), bias=bias,
+                             weight=ColumnConcat([gate.weight.const, up.weight.const]), bias=bias,
                              attrs=attrs)
 
     def rewrite(self, graph: Graph, match: "GatedMlpMatch") -> Node:
@@ -124,6 +126,6 @@ class GatedMlpMatch(Match):
     """act(x @ Wg + bg) * (x @ Wu + bu) with the weights packed [Wg | Wu]."""
 
     x: Value
-    weight: np.ndarray        # [K, 2I]
+    weight: ColumnConcat      # [K, 2I], packed when its values are read or written (ge/deferred.py)
     bias: Optional[np.ndarray]   # [2I] or None
     attrs: dict               # the epilogue's: activation, act_*, gate=1

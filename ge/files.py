@@ -158,6 +158,23 @@ def map_of(buffer) -> Optional[mmap.mmap]:
     return None
 
 
+def maps_of(buffer) -> list:
+    """The memory maps `buffer`'s bytes come from: its own (`map_of`), or, for a chunk
+    computed from other arrays (a deferred constant's block: it names them in `sources`),
+    theirs."""
+    mapped = map_of(buffer)
+    if mapped is not None:
+        return [mapped]
+    for _ in range(64):
+        sources = getattr(buffer, "sources", None)
+        if sources:
+            return [m for m in map(map_of, sources) if m is not None]
+        buffer = buffer.obj if isinstance(buffer, memoryview) else getattr(buffer, "base", None)
+        if buffer is None:
+            return []
+    return []
+
+
 def release_maps(maps) -> None:
     """Drop the touched pages of these maps (see `map_of`)."""
     for mapped in maps:

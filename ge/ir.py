@@ -17,6 +17,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from ge.deferred import is_deferred
 from ge.errors import AtcError, InternalError
 from ge.symbolic import Dim, Symbol
 
@@ -59,7 +60,7 @@ class TensorDesc:
 class Value:
     """An SSA value: a graph input, a constant, or the output of one node."""
 
-    __slots__ = ("name", "desc", "producer", "index", "uses", "const", "graph")
+    __slots__ = ("name", "desc", "producer", "index", "uses", "_const", "graph")
 
     def __init__(self, name: str, desc: Optional[TensorDesc] = None, const: Optional[np.ndarray] = None):
         self.name = name
@@ -67,19 +68,38 @@ class Value:
         self.producer: Optional[Node] = None
         self.index = 0
         self.uses: list[tuple[Node, int]] = []
-        self.const = None
+        self._const = None
         self.graph: Optional[Graph] = None
         if const is not None:
             self.set_const(const)
 
-    def set_const(self, array: np.ndarray) -> None:
-        array = np.asarray(array)
-        self.const = array
+    def set_const(self, array) -> None:
+        """Make this a constant: an array, or a deferred one (ge.deferred) kept as it is."""
+        array = array if is_deferred(array) else np.asarray(array)
+        self._const = array
         self.desc = TensorDesc(array.dtype, tuple(int(d) for d in array.shape), self.desc.format)
 
     @property
+    def const(self) -> Optional[np.ndarray]:
+        """The constant's values (None for a computed value); a deferred constant is computed
+        here, once."""
+        if is_deferred(self._const):
+            self._const = self._const.materialize()
+        return self._const
+
+    @const.setter
+    def const(self, array) -> None:
+        self._const = array
+
+    @property
+    def stored_const(self):
+        """The constant as stored: an array, or a deferred one not computed yet (what the
+        .om writer streams without holding it)."""
+        return self._const
+
+    @property
     def is_const(self) -> bool:
-        return self.const is not None
+        return self._const is not None
 
     @property
     def consumers(self) -> list["Node"]:
@@ -224,7 +244,7 @@ class Graph:
         return value
 
     def constant(self, base: str, array: np.ndarray) -> Value:
-        value = Value(self.unique_name(base), const=np.asarray(array))
+        value = Value(self.unique_name(base), const=array if is_deferred(array) else np.asarray(array))
         value.graph = self
         return value
 
@@ -310,7 +330,7 @@ class Graph:
                 return None
             if id(value) not in copy_of:
                 new = Value(value.name, TensorDesc(value.desc.dtype, value.desc.shape, value.desc.format))
-                new.const = value.const
+                new.const = value.stored_const
                 copy_of[id(value)] = new
             return copy_of[id(value)]
 

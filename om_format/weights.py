@@ -7,7 +7,9 @@ The builder lays the partition out without copying it: it keeps a read-only view
 array (a memory-mapped weight stays mapped) and `chunks()` hands the bytes to the .om
 writer, which streams them to the file.  Identical byte strings share one slot; they are
 found by a fingerprint of the size and three small probes, then confirmed byte for byte,
-so no weight is hashed or copied to decide it.
+so no weight is hashed or copied to decide it.  An array computed from others (a deferred
+constant, ge.deferred: anything with `nbytes`, `chunks(size)` and `byte_range(start, stop)`)
+is kept as it is and computed chunk by chunk while it is written.
 """
 from __future__ import annotations
 
@@ -36,20 +38,49 @@ def byte_view(data) -> memoryview:
     return view.toreadonly()
 
 
-def _fingerprint(view: memoryview) -> bytes:
-    n = len(view)
+def _is_deferred(source) -> bool:
+    return hasattr(source, "byte_range")
+
+
+def _length(source) -> int:
+    return source.nbytes if _is_deferred(source) else len(source)
+
+
+def _read(source, start: int, stop: int) -> bytes:
+    return source.byte_range(start, stop) if _is_deferred(source) else source[start:stop].tobytes()
+
+
+def _source_chunks(source, size: int) -> Iterator[memoryview]:
+    if _is_deferred(source):
+        yield from source.chunks(size)
+    else:
+        for start in range(0, len(source), size):
+            yield source[start:start + size]
+
+
+def _digest(source) -> bytes:
+    if not _is_deferred(source):
+        return hashlib.sha256(source).digest()
+    sha = hashlib.sha256()
+    for chunk in source.chunks(_COMPARE):
+        sha.update(chunk)
+    return sha.digest()
+
+
+def _fingerprint(source) -> bytes:
+    n = _length(source)
     if n <= 3 * _PROBE:          # the probes would cover it all: the fingerprint is the content
-        sample = view.tobytes()
+        sample = _read(source, 0, n)
     else:
         mid = n // 2
-        sample = b"".join((view[:_PROBE], view[mid:mid + _PROBE], view[n - _PROBE:]))
+        sample = b"".join((_read(source, 0, _PROBE), _read(source, mid, mid + _PROBE), _read(source, n - _PROBE, n)))
     return n.to_bytes(8, "little") + hashlib.sha256(sample).digest()
 
 
-def _same(a: memoryview, b: memoryview) -> bool:
-    if len(a) != len(b):
+def _same(a, b) -> bool:
+    if _length(a) != _length(b):
         return False
-    return all(a[i:i + _COMPARE].tobytes() == b[i:i + _COMPARE].tobytes() for i in range(0, len(a), _COMPARE))
+    return all(_read(a, i, i + _COMPARE) == _read(b, i, i + _COMPARE) for i in range(0, _length(a), _COMPARE))
 
 
 class WeightsBuilder:
@@ -66,8 +97,9 @@ class WeightsBuilder:
         self._groups: dict = {}      # fingerprint -> [item index], or {digest: item index} when crowded
 
     def add_bytes(self, data) -> tuple:
-        """Store raw bytes (bytes-like or a C-contiguous array); returns (offset, size)."""
-        view = byte_view(data)
+        """Store raw bytes (bytes-like, a C-contiguous array, or a deferred array of
+        little-endian bytes: see the module's docstring); returns (offset, size)."""
+        view = data if _is_deferred(data) else byte_view(data)
         if self.dedup:
             key = _fingerprint(view)
             found = self._find(key, view)
@@ -75,13 +107,18 @@ class WeightsBuilder:
                 return found
         offset = -self._size % self.align + self._size
         self._items.append((offset, view))
-        self._size = offset + len(view)
+        self._size = offset + _length(view)
         if self.dedup:
             self._remember(key, len(self._items) - 1)
-        return offset, len(view)
+        return offset, _length(view)
 
-    def add(self, array: np.ndarray) -> tuple:
-        """Store an array as C-order little-endian bytes; returns (offset, size)."""
+    def add(self, array) -> tuple:
+        """Store an array as C-order little-endian bytes; returns (offset, size).  A deferred
+        array is kept as it is, to be computed while the partition is written."""
+        if _is_deferred(array):
+            if array.dtype.byteorder != ">":
+                return self.add_bytes(array)
+            array = np.asarray(array)
         arr = np.ascontiguousarray(array)
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
@@ -92,22 +129,22 @@ class WeightsBuilder:
         if group is None:
             return None
         if isinstance(group, dict):
-            index = group.get(hashlib.sha256(view).digest())
+            index = group.get(_digest(view))
             candidates = [] if index is None else [index]
         else:
             candidates = group
         for index in candidates:
             offset, other = self._items[index]
             if _same(other, view):
-                return offset, len(other)
+                return offset, _length(other)
         return None
 
     def _remember(self, key: bytes, index: int) -> None:
         group = self._groups.setdefault(key, [])
         if isinstance(group, list) and len(group) >= _GROUP_BY_DIGEST:
-            group = self._groups[key] = {hashlib.sha256(self._items[i][1]).digest(): i for i in group}
+            group = self._groups[key] = {_digest(self._items[i][1]): i for i in group}
         if isinstance(group, dict):
-            group.setdefault(hashlib.sha256(self._items[index][1]).digest(), index)
+            group.setdefault(_digest(self._items[index][1]), index)
         else:
             group.append(index)
 
@@ -120,16 +157,16 @@ class WeightsBuilder:
 
     def chunks(self, size: Optional[int] = None) -> Iterator[memoryview]:
         """The partition's bytes in order, as views of at most `size` bytes (CHUNK_BYTES by
-        default; zero padding between arrays, none after the last)."""
+        default; zero padding between arrays, none after the last).  A deferred array's
+        chunks share its buffer: each is valid until the next is asked for."""
         size = size or CHUNK_BYTES
         position = 0
-        for offset, view in self._items:
+        for offset, source in self._items:
             if offset > position:
                 yield memoryview(bytes(offset - position))
-            for start in range(0, len(view), size):
-                yield view[start:start + size]
-            position = offset + len(view)
+            yield from _source_chunks(source, size)
+            position = offset + _length(source)
 
     def bytes(self) -> bytes:
         """The partition contents (no padding after the last array), as one bytes object."""
-        return b"".join(self.chunks())
+        return b"".join([bytes(chunk) for chunk in self.chunks()])   # copied: deferred chunks share a buffer

@@ -351,3 +351,104 @@ def test_old_opsets_and_the_pre_check_read_mapped_weights(tmp_path, monkeypatch,
     assert rc == 0, capsys.readouterr().out
     report = json.loads((tmp_path / "check.json").read_text())
     assert report["summary"]["graph"]["result"] == "success"
+
+
+# --------------------------------------------------------------------------- deferred constants
+
+def test_column_concat_streams_the_packed_bytes_without_packing_them_whole():
+    """A deferred [K, 2I] weight gives np.concatenate's bytes chunk by chunk (whole rows per
+    chunk, one shared buffer), any byte range of them, and its values when asked."""
+    from ge.deferred import ColumnConcat
+    rng = np.random.default_rng(0)
+    gate, up = rng.standard_normal((37, 24), np.float32), rng.standard_normal((37, 40), np.float32)[:, ::-1][:, 8:]
+    packed = ColumnConcat([gate, up])
+    want = np.concatenate([gate, up], axis=1)
+    assert packed.shape == want.shape and packed.dtype == want.dtype and packed.nbytes == want.nbytes
+    for size in (1, 200, 4099, 1 << 20):
+        chunks = [bytes(c) for c in packed.chunks(size)]
+        assert b"".join(chunks) == want.tobytes()
+        assert all(len(c) % (want.shape[1] * 4) == 0 for c in chunks)
+    raw = want.tobytes()
+    for start, stop in ((0, 1), (5, 900), (255, 256), (len(raw) - 3, len(raw) + 10), (100, 100)):
+        assert packed.byte_range(start, stop) == raw[start:stop]
+    np.testing.assert_array_equal(np.asarray(packed), want)
+    with pytest.raises(ValueError):
+        ColumnConcat([gate, up[:5]])
+    with pytest.raises(ValueError):
+        ColumnConcat([gate, up.astype(np.float16)])
+
+
+def test_weights_builder_writes_and_shares_deferred_arrays_like_arrays(monkeypatch):
+    """A deferred array lands at the same offset, with the same bytes and the same sharing,
+    as the array it stands for: the partition is byte-identical."""
+    from ge.deferred import ColumnConcat
+    monkeypatch.setattr(weights, "_PROBE", 64)           # arrays longer than the probes
+    monkeypatch.setattr(weights, "_GROUP_BY_DIGEST", 2)  # and crowded fingerprint groups
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((64, 16), np.float32), rng.standard_normal((64, 16), np.float32)
+    twin = b.copy()
+    twin[30, 3] += 1                                     # differs in no probe: only the full compare tells
+    items = [ColumnConcat([a, b]), np.ones(5, np.float32), ColumnConcat([a, b]), np.concatenate([a, b], axis=1),
+             ColumnConcat([a, twin]), ColumnConcat([a, twin]), np.concatenate([a, twin], axis=1)]
+    deferred, eager = weights.WeightsBuilder(), weights.WeightsBuilder()
+    places = [deferred.add(x) for x in items]
+    assert places == [eager.add(np.asarray(x)) for x in items]
+    assert places[0] == places[2] == places[3] and places[4] == places[5] == places[6] != places[0]
+    assert deferred.bytes() == eager.bytes()
+    assert b"".join(bytes(c) for c in deferred.chunks(100)) == eager.bytes()
+
+
+def _gated_mlp_model(tmp_path, hidden=64, inner=192):
+    """x -> SiLU(x @ Wg) * (x @ Wu) -> @ Wd: a decoder's gated MLP, packed by GatedMLP."""
+    rng = np.random.default_rng(2)
+    net = Net()
+    x = net.input("x", [4, hidden])
+    gate = net.op("MatMul", x, net.const(rng.standard_normal((hidden, inner), np.float32)))
+    up = net.op("MatMul", x, net.const(rng.standard_normal((hidden, inner), np.float32)))
+    act = net.op("Mul", gate, net.op("Sigmoid", gate))
+    out = net.op("MatMul", net.op("Mul", act, up), net.const(rng.standard_normal((inner, hidden), np.float32)))
+    path = tmp_path / "gated.onnx"
+    onnx.save_model(net.model(out), str(path))
+    return path
+
+
+def test_gated_mlp_weights_are_packed_while_the_om_is_written_not_before(tmp_path, monkeypatch,
+                                                                          streaming_limits_lowered):
+    """The packed gate|up weight is never computed whole during a compile (it is written from
+    the mapped weights, row block by row block), and the .om is byte for byte the one an
+    eagerly packed weight gives; the simulator computes it when it runs the .om."""
+    from ge.deferred import ColumnConcat
+    path = _gated_mlp_model(tmp_path)
+
+    def refuse(self):
+        raise AssertionError("the packed weight was computed whole during the compile")
+
+    real, streamed = ColumnConcat.materialize, []
+    real_chunks = ColumnConcat.chunks
+
+    def counted_chunks(self, size):
+        streamed.append(self.shape)
+        return real_chunks(self, size)
+
+    monkeypatch.setattr(ColumnConcat, "materialize", refuse)
+    monkeypatch.setattr(ColumnConcat, "chunks", counted_chunks)
+    deferred = _compile(path, tmp_path / "deferred")
+    assert streamed == [(64, 384)]                      # the packed weight went to the .om deferred
+    eager_chunks = lambda self, size: iter([memoryview(real(self).reshape(-1).view(np.uint8))])   # noqa: E731
+    monkeypatch.setattr(ColumnConcat, "chunks", eager_chunks)
+    assert _compile(path, tmp_path / "eager") == deferred
+    loaded = load_om_graph(str(tmp_path / "deferred" / "m.om")).graph
+    assert "MatMulBiasSwiGluFusionOp" in {n.op_type for n in loaded.nodes}
+
+
+def test_maps_of_follows_a_deferred_chunk_to_its_parts_maps(tmp_path):
+    """The writer drops the pages a deferred constant's chunk was packed from."""
+    from ge.deferred import ColumnConcat
+    from ge.files import map_input, maps_of
+    path = tmp_path / "w.bin"
+    path.write_bytes(np.arange(4096, dtype=np.float32).tobytes())
+    mapped = map_input(str(path), "--model")
+    part = np.frombuffer(mapped.view(0, 4096), np.float32).reshape(32, 32)
+    chunk = next(ColumnConcat([part, np.ones((32, 8), np.float32)]).chunks(1024))
+    assert [id(m) for m in maps_of(chunk)] == [id(m) for m in maps_of(weights.byte_view(part))] != []
+    assert maps_of(memoryview(b"abc")) == [] and maps_of(weights.byte_view(np.ones(4, np.float32))) == []
