@@ -80,8 +80,8 @@ FIT_PARAMETERS = {
     "task_launch_overhead_us": [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0],
     "ddr_efficiency": [0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9],        # DRAM rarely sustains more
     "l2_usable_fraction": [0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
-    "tile_overhead_cycles": [25, 50, 100, 200, 400],              # > 0: a tile costs a DMA issue + sync
-    "vector_cycles_transcendental": [4, 8, 12, 16, 20, 24, 32],          # fp32 polynomial sequences
+    "tile_overhead_cycles": [10, 25, 50, 100, 200, 400],          # > 0: a step costs a DMA issue + sync
+    "vector_cycles_transcendental": [4, 8, 12, 16, 20, 24, 32, 40, 48, 64],   # fp32 polynomial sequences
 }
 
 

@@ -296,6 +296,7 @@ class KernelSpec:
     l2_output_bytes: int = 0
     parallel_blocks: Optional[int] = None
     small_channel: bool = False
+    broadcast_bytes: int = 0        # constant inputs smaller than the output: every core reads them whole
 
     def __post_init__(self):
         self.compute_dtype = np.dtype(self.compute_dtype)
@@ -305,7 +306,8 @@ class KernelSpec:
                      "l2_output_bytes"):
             if getattr(self, name) < 0:
                 raise AtcError("E19999", f"kernel {self.name}: {name} is negative")
-        if self.weight_bytes + self.l2_input_bytes > self.input_bytes or self.l2_output_bytes > self.output_bytes:
+        if (self.weight_bytes + self.l2_input_bytes > self.input_bytes or self.l2_output_bytes > self.output_bytes
+                or self.broadcast_bytes > self.weight_bytes):
             raise AtcError("E19999", f"kernel {self.name}: more weight/L2 bytes than it reads or writes")
         if self.work.cube_macs < 0 or any(v < 0 for v in self.work.vector_ops.values()):
             raise AtcError("E19999", f"kernel {self.name}: negative work")
@@ -351,6 +353,7 @@ class KernelCost:
     ddr_bytes: float = 0.0          # DDR/HBM traffic, reads + writes
     l2_bytes: float = 0.0           # inputs served by L2
     memory_bytes: float = 0.0       # everything the kernel reads and writes in global memory
+    plans: tuple = ()               # cube kernels: the split each product took (GemmPlan)
 
     @property
     def pipes(self) -> dict:
@@ -376,35 +379,38 @@ class KernelCost:
 
 @dataclass(frozen=True)
 class GemmPlan:
-    """One `Gemm` padded to the cube and split over cores: the busiest core's cycles, the
-    bytes it streams in, its L0C tiles and padded outputs."""
+    """One `Gemm` padded to the cube on one split over cores (`split` = cores over products,
+    rows, columns): the busiest core's cycles, the bytes it streams in, its pipeline steps and
+    padded outputs, and the size of one step (what the first step loads and computes before
+    the next queue can start: the pipeline's fill and drain)."""
 
-    cores: int
+    cores: int                  # cores with work
+    split: tuple
+    share: float                # the busiest core's share of the real outputs (and of the epilogue)
     cycles: float
     reads: float                # bytes the busiest core streams in for this product's operands
     memory_bytes: float         # operand bytes the kernel reads from global memory at least once
-    tiles: float
+    tiles: float                # L0C tiles on the busiest core
+    steps: float                # pipeline steps on the busiest core: L0C tiles x K panels
     out_elements: float         # padded outputs on the busiest core (they leave L0C once)
     padded_macs: float
+    step_reads: float           # bytes one step loads (its A and B panels)
+    step_cycles: float          # cube cycles of one step
+    step_outputs: float         # padded outputs of one L0C tile
+    step_fraction: float        # one L0C tile's share of the busiest core's real outputs
 
 
 def _ceil(a: float, b: float) -> int:
     return int(math.ceil(a / b - 1e-12))
 
 
-def _candidates(limit: int, dim: int) -> list:
-    """Core counts worth trying along one axis: each distinct per-core share of `dim`."""
-    top = max(1, min(limit, dim))
-    return sorted({min(top, _ceil(dim, _ceil(dim, p))) for p in range(1, top + 1)})
-
-
 def _streamed(a: float, b: float, products: int, shared_b: bool, m_tiles: int, n_tiles: int,
-              half_l1: float) -> float:
+              a_panel: float, b_panel: float, half_l1: float) -> float:
     """Bytes one core streams into L1 for its `products` products of A slice `a` x B slice
-    `b` (COST_MODEL.md 3.2).  Each L0C tile needs its A panel (a / m_tiles) and B panel
-    (b / n_tiles); whatever fits half of L1 is loaded once and reused, the rest streams again
-    for every tile that needs it, in the cheapest loop order.  A B that fits L1 stays there
-    across products (once if shared, else once per product)."""
+    `b` (COST_MODEL.md 3.2).  Each L0C tile needs its A panel and B panel (at most one L0C
+    tile's rows or columns); whatever fits half of L1 is loaded once and reused, the rest
+    streams again for every tile that needs it, in the cheapest loop order.  A B that fits L1
+    stays there across products (once if shared, else once per product)."""
     held_b = b <= half_l1
     if a <= half_l1:
         each = a + (0.0 if held_b else b)
@@ -412,58 +418,118 @@ def _streamed(a: float, b: float, products: int, shared_b: bool, m_tiles: int, n
         each = a
     else:
         options = [a * n_tiles + b * m_tiles]
-        if a / m_tiles <= half_l1:          # keep an A panel, stream B once per panel
+        if a_panel <= half_l1:              # keep an A panel, stream B once per panel
             options.append(a + b * m_tiles)
-        if b / n_tiles <= half_l1:          # keep a B panel, stream A once per panel
+        if b_panel <= half_l1:              # keep a B panel, stream A once per panel
             options.append(a * n_tiles + b)
         each = min(options)
     return products * each + (b * (1 if shared_b else products) if held_b else 0.0)
 
 
-@lru_cache(maxsize=4096)
-def plan_gemm(chip: Chip, gemm: Gemm, dtype: np.dtype, small_channel: bool = False) -> GemmPlan:
-    """Pad `gemm` to fractals and C0 and split it over the AI cores (COST_MODEL.md 3.2)."""
+@lru_cache(maxsize=64)
+def _split_grid(cores: int) -> tuple:
+    """Every way a kernel can spread over `cores` cores along (products, rows, columns), the
+    columns taking what the other two leave: the same set for every problem size, so a
+    smaller problem can always use the split a larger one uses."""
+    return tuple((pb, pm, cores // (pb * pm)) for pb in range(1, cores + 1) for pm in range(1, cores // pb + 1))
+
+
+def l0c_tile(chip: Chip) -> tuple:
+    """(rows, columns) of the output tile a core accumulates in one double-buffered L0C: 128
+    rows and as many whole fractal columns as fit (310P3: 128 x 256; 910B2: 128 x 128).  One
+    shape for every problem (smaller problems use its corner), so a larger problem never gets
+    a tile shape a smaller one could not use."""
+    rows = 128
+    cols = max(chip.cube_n_size, (chip.l0c_tile_elements // rows) // chip.cube_n_size * chip.cube_n_size)
+    return rows, int(cols)
+
+
+def k_panel(chip: Chip, dtype) -> int:
+    """K depth of one pipeline step: the K slice of a full L0C tile's A and B panels that
+    L0A and L0B hold double-buffered (310P3 fp16: 64).  MTE2 brings the panels in at this
+    depth while the cube works on the previous slice (COST_MODEL.md 3.5)."""
+    dtype = np.dtype(dtype)
+    kc = chip.cube_k(dtype)
+    m0, n0 = l0c_tile(chip)
+    depth = min(chip.l0_a_size / (2 * m0), chip.l0_b_size / (2 * n0)) / dtype.itemsize
+    return int(max(kc, depth // kc * kc))
+
+
+def _packs(chip: Chip, gemm: Gemm, dtype: np.dtype) -> list:
+    """How many groups of a grouped conv with few channels per group may share one fractal
+    (block-diagonal weights): each power of two up to what C0 holds.  Fewer channels per group
+    allow every packing more channels allow, so a larger conv never has a cheaper one."""
+    channels = max(1, gemm.k // max(gemm.k_window, 1))
+    c0 = chip.c0(dtype)
+    if gemm.groups <= 1 or channels >= c0:
+        return [1]
+    most = min(gemm.groups, int(c0 // channels))
+    return [1 << i for i in range(most.bit_length()) if 1 << i <= most]
+
+
+@lru_cache(maxsize=8192)
+def gemm_plans(chip: Chip, gemm: Gemm, dtype: np.dtype, small_channel: bool = False) -> tuple:
+    """`gemm` padded to fractals and C0, on every packing of its groups and every split over
+    the AI cores (COST_MODEL.md 3.2).  A core takes whole products and whole fractals of rows
+    and columns; the kernel picks the plan that prices cheapest (`_price_cube`)."""
     dtype = np.dtype(dtype)
     item = dtype.itemsize
     frac_m, frac_n, kc = chip.cube_m_size, chip.cube_n_size, chip.cube_k(dtype)
-    c0 = chip.c0(dtype)
     channels = max(1, gemm.k // max(gemm.k_window, 1))
-    # Grouped convs with few channels per group share one fractal (block-diagonal weights).
-    pack = min(gemm.groups, max(1, int(c0 // channels))) if gemm.groups > 1 and channels < c0 else 1
-    if small_channel and gemm.k_window > 1 and channels * pack <= chip.small_channel_c0:
-        c0 = chip.small_channel_c0
-    channels_padded = _ceil(channels * pack, c0) * c0
-    k_padded = _ceil(channels_padded * gemm.k_window, kc) * kc
-    n_packed = gemm.n * pack
-    products = gemm.batch * _ceil(gemm.groups, pack)
-    mf, nf, kf = _ceil(gemm.m, frac_m), _ceil(n_packed, frac_n), _ceil(k_padded, kc)
-    a_product = 0.0 if gemm.a_onchip else (gemm.a_elements or gemm.m * gemm.k) * pack * item * channels_padded / (channels * pack)
-    b_product = 0.0 if gemm.b_onchip else k_padded * nf * frac_n * item
+    m = max(1, gemm.m)
+    tile_m, tile_n = l0c_tile(chip)
+    kp = k_panel(chip, dtype)
     half_l1 = chip.l1_size / 2
-    cores_avail = int(chip.ai_core_cnt)
-    best = None
-    for pb in _candidates(cores_avail, products):
-        for pm in _candidates(cores_avail // pb, mf):
-            pn = max(1, min(cores_avail // (pb * pm), nf))
-            bc, mc, nc = _ceil(products, pb), _ceil(mf, pm), _ceil(nf, pn)
-            rows, cols = mc * frac_m, nc * frac_n
-            m0 = min(rows, 128)
-            n0 = min(cols, max(frac_n, (chip.l0c_tile_elements // m0) // frac_n * frac_n))
-            m_tiles, n_tiles = _ceil(rows, m0), _ceil(cols, n0)
-            a_slice = a_product * mc / mf                 # this core's A rows, one product
-            b_slice = b_product * nc / nf                 # this core's B columns, one product
-            reads = _streamed(a_slice, b_slice, bc, gemm.shared_b, m_tiles, n_tiles, half_l1)
-            cycles = bc * mc * nc * kf
-            time = max(cycles, reads / chip.l2_read_rate)
-            key = (time, pb * pm * pn)
-            if best is None or key < best[0]:
-                best = (key, pb * pm * pn, cycles, reads, bc * m_tiles * n_tiles, bc * rows * cols)
-    _, cores, cycles, reads, tiles, outs = best
     memory = 0.0 if gemm.a_onchip else gemm.batch * gemm.groups * (gemm.a_elements or gemm.m * gemm.k) * item
     if not gemm.b_onchip:
         memory += (1 if gemm.shared_b else gemm.batch) * gemm.groups * gemm.k * gemm.n * item
-    return GemmPlan(cores, float(cycles), float(reads), memory, float(tiles), float(outs),
-                    float(products * mf * nf * kf * frac_m * frac_n * kc))
+    plans = {}
+    for pack in _packs(chip, gemm, dtype):
+        c0 = chip.c0(dtype)
+        if small_channel and gemm.k_window > 1 and channels * pack <= chip.small_channel_c0:
+            c0 = chip.small_channel_c0
+        channels_padded = _ceil(channels * pack, c0) * c0
+        k_padded = _ceil(channels_padded * gemm.k_window, kc) * kc
+        n_packed = max(1, gemm.n * pack)
+        products = max(1, gemm.batch * _ceil(gemm.groups, pack))
+        mf, nf, kf = _ceil(m, frac_m), _ceil(n_packed, frac_n), _ceil(k_padded, kc)
+        a_product = 0.0 if gemm.a_onchip else (gemm.a_elements or gemm.m * gemm.k) * pack * item * channels_padded / (channels * pack)
+        a_row = a_product / m                              # A bytes per output row
+        k_steps, k_step = _ceil(k_padded, kp), min(k_padded, kp)
+        padded_macs = float(products * mf * nf * kf * frac_m * frac_n * kc)
+        for pb, pm, pn in _split_grid(int(chip.ai_core_cnt)):
+            bc, mc, nc = _ceil(products, min(pb, products)), _ceil(mf, min(pm, mf)), _ceil(nf, min(pn, nf))
+            if (pack, bc, mc, nc) in plans:
+                continue
+            rows, cols = mc * frac_m, nc * frac_n
+            rows_real, cols_real = min(m, rows), min(n_packed, cols)
+            m0, n0 = min(rows, tile_m), min(cols, tile_n)
+            m_tiles, n_tiles = _ceil(rows, m0), _ceil(cols, n0)
+            a_slice = a_row * rows_real                   # this core's A rows, one product
+            b_slice = 0.0 if gemm.b_onchip else k_padded * cols * item
+            a_panel = a_row * min(rows_real, m0)
+            b_panel = 0.0 if gemm.b_onchip else k_padded * n0 * item
+            reads = _streamed(a_slice, b_slice, bc, gemm.shared_b, m_tiles, n_tiles, a_panel, b_panel, half_l1)
+            split = (_ceil(products, bc), _ceil(mf, mc), _ceil(nf, nc))
+            plans[(pack, bc, mc, nc)] = GemmPlan(
+                cores=split[0] * split[1] * split[2], split=split,
+                share=bc * rows_real * cols_real / (products * m * n_packed), cycles=float(bc * mc * nc * kf),
+                reads=float(reads), memory_bytes=memory, tiles=float(bc * m_tiles * n_tiles),
+                steps=float(bc * m_tiles * n_tiles * k_steps), out_elements=float(bc * rows * cols),
+                padded_macs=padded_macs, step_reads=(a_panel + b_panel) * k_step / k_padded,
+                step_cycles=float(_ceil(m0, frac_m) * _ceil(n0, frac_n) * _ceil(k_step, kc)),
+                step_outputs=float(m0 * n0),
+                step_fraction=min(rows_real, m0) * min(cols_real, n0) / (bc * rows_real * cols_real))
+    return tuple(plans.values())
+
+
+def plan_gemm(chip: Chip, gemm: Gemm, dtype: np.dtype, small_channel: bool = False) -> GemmPlan:
+    """The split a kernel running only `gemm` (operands from DDR, fp16 outputs) takes."""
+    dtype = np.dtype(dtype)
+    spec = KernelSpec("gemm", "MatMul", Work.of_gemms(gemm), compute_dtype=dtype, small_channel=small_channel,
+                      output_bytes=gemm.batch * gemm.groups * gemm.m * gemm.n * dtype.itemsize)
+    spec.input_bytes = int(sum(p.memory_bytes for p in gemm_plans(chip, gemm, dtype, small_channel)[:1]))
+    return price_kernel(chip, spec).plans[0]
 
 
 def _blocks(chip: Chip, spec: KernelSpec) -> float:
@@ -492,6 +558,108 @@ def _spill(chip: Chip, spec: KernelSpec, blocks: float, io_stream: float) -> tup
     return spill_block * blocks, 2 * io_block + inter_block - spill_block
 
 
+def _pipeline(totals: Sequence[float], steps: Sequence[float]) -> float:
+    """Time of queues in a fixed order (MTE2, cube, vector, MTE3) working through equal-or-
+    smaller steps, double-buffered: a queue cannot start before the first step has passed the
+    queues ahead of it, and after its last step the queues behind it still handle that step.
+    So the time is the largest, over queues, of its own busy time plus one step of every other
+    queue (COST_MODEL.md 3.5); one step gives the plain sum.  Non-decreasing in every total and
+    step: a larger problem never pipelines into less time."""
+    return max(total + sum(steps) - step for total, step in zip(totals, steps))
+
+
+def _cube_phase(chip: Chip, plan: GemmPlan, ddr_read: float, side_reads: float, side_constants: float,
+                vector_cycles: float, output_bytes: float, ddr_write: float, lanes: float) -> tuple:
+    """(time, mte2, cube, vector, mte3) of one cube product on one split: the busiest core's
+    queues over its steps, one step of each as fill and drain, plus its per-step overhead.
+    The core reads its share of the side inputs (a residual) and the constant ones (a bias)
+    whole."""
+    freq = chip.cube_freq
+    share = plan.share
+    per_core = chip.vector_per_cube_core
+    reads = plan.reads + share * side_reads + side_constants
+    port = 1.0 / (chip.l2_read_rate * freq)
+    mte2 = max(reads * port, ddr_read / chip.ddr_bytes_per_us)
+    # The first step's panels: every core loads its own at once, so from DDR each gets its
+    # share of the chip's rate.
+    step_rate = max(port, chip.ai_core_cnt / chip.ddr_bytes_per_us) if ddr_read > 0 else port
+    cube = plan.cycles / chip.cube_freq
+    move = chip.vector_cycles_move if chip.cube_output_via_vector else 0.0
+    epilogue = share * vector_cycles / per_core
+    vector = (epilogue + plan.out_elements * move / per_core) / (lanes * chip.vec_freq)
+    mte3 = max(share * output_bytes / (chip.ub_to_ddr_rate * freq), ddr_write / chip.ddr_bytes_per_us)
+    totals = (mte2, cube, vector, mte3)
+    steps = (min(mte2, plan.step_reads * step_rate),
+             min(cube, plan.step_cycles / chip.cube_freq),
+             min(vector, (epilogue * plan.step_fraction + plan.step_outputs * move / per_core) / (lanes * chip.vec_freq)),
+             mte3 * plan.step_fraction)
+    time = _pipeline(totals, steps) + plan.steps * chip.tile_overhead_cycles / freq
+    return time, mte2, cube, vector, mte3
+
+
+def _price_cube(chip: Chip, spec: KernelSpec, cost: KernelCost, cube_dtype, vector_cycles: float, lanes: float) -> None:
+    """A kernel of cube products: each product a phase of its own, split over the cores the way
+    that prices cheapest; the kernel's other inputs, vector work and outputs belong to its last
+    phase (COST_MODEL.md 3.2-3.5).  The DDR reads are shared among the phases in proportion to
+    the bytes each reads from global memory."""
+    gemms = spec.work.gemms
+    options = [gemm_plans(chip, g, cube_dtype, spec.small_channel) for g in gemms]
+    operand_bytes = [opts[0].memory_bytes for opts in options]
+    side = max(0.0, spec.input_bytes - sum(operand_bytes))
+    side_constants = min(side, spec.broadcast_bytes)
+    # The epilogue works on output fractals: their intermediates are what must fit UB.
+    fractals = (spec.output_elements or spec.output_bytes / spec.compute_dtype.itemsize) / (
+        chip.cube_m_size * chip.cube_n_size)
+    spill, _ = _spill(chip, spec, max(1.0, fractals), spec.output_bytes)
+    from_ddr = spec.ddr_read_bytes / spec.input_bytes if spec.input_bytes else 0.0
+    ddr_write = spec.ddr_write_bytes + spill
+    body = 0.0
+    chosen = []
+    for index, (opts, operands) in enumerate(zip(options, operand_bytes)):
+        last = index == len(options) - 1
+        args = ((side - side_constants + spill, side_constants, vector_cycles, spec.output_bytes + spill, ddr_write)
+                if last else (0.0, 0.0, 0.0, 0.0, 0.0))
+        ddr_read = from_ddr * operands + ((from_ddr * side + spill) if last else 0.0)
+        best = None
+        for plan in opts:
+            priced = _cube_phase(chip, plan, ddr_read, *args, lanes)
+            if best is None or (priced[0], plan.cores) < (best[0][0], best[1].cores):
+                best = (priced, plan)
+        (time, mte2, cube, vector, mte3), plan = best
+        body += time
+        cost.mte2_us += mte2
+        cost.cube_us += cube
+        cost.vector_us += vector
+        cost.mte3_us += mte3
+        chosen.append(plan)
+    ddr_read = spec.ddr_read_bytes + spill
+    cost.hbm_us = (ddr_read + ddr_write) / chip.ddr_bytes_per_us
+    cost.plans = tuple(chosen)
+    cost.cores_used = max(p.cores for p in chosen)
+    cost.blocks = sum(p.tiles for p in chosen)
+    cost.tiles = sum(p.steps for p in chosen)
+    cost.padded_macs = sum(p.padded_macs for p in chosen)
+    cost.spill_bytes = spill
+    cost.ddr_bytes = ddr_read + ddr_write
+    _finish(chip, spec, cost, max(cost.hbm_us, body))
+
+
+def _finish(chip: Chip, spec: KernelSpec, cost: KernelCost, body: float) -> None:
+    """Overheads, bound and the bookkeeping every kernel shares (COST_MODEL.md 3.6)."""
+    cost.fill_drain_us = body - cost.steady_us
+    cost.latency_us = chip.gm_latency_us if spec.input_bytes + spec.output_bytes + cost.spill_bytes > 0 else 0.0
+    cost.launch_us = chip.task_launch_overhead_us
+    cost.scalar_us = chip.kernel_scalar_overhead_us
+    cost.total_us = cost.overhead_us + body
+    memory = max(cost.mte2_us, cost.mte3_us, cost.hbm_us)
+    busy = (("memory", memory), ("cube", cost.cube_us), ("vector", cost.vector_us))
+    cost.bound = "launch" if cost.overhead_us >= body else max(busy, key=lambda kv: kv[1])[0]
+    cost.launches = 1
+    cost.flops = 2.0 * spec.work.cube_macs + sum(spec.work.vector_ops.values())
+    cost.l2_bytes = spec.l2_input_bytes
+    cost.memory_bytes = spec.input_bytes + spec.output_bytes + 2 * cost.spill_bytes
+
+
 def price_kernel(chip: Chip, spec: KernelSpec) -> KernelCost:
     """Price one kernel; COST_MODEL.md section 3 derives every line."""
     cost = KernelCost(spec.name, spec.op_type)
@@ -499,41 +667,24 @@ def price_kernel(chip: Chip, spec: KernelSpec) -> KernelCost:
         return cost
     work = spec.work
     cube = work.cube_macs > 0
-    freq = chip.vec_freq if chip.split and not cube else chip.cube_freq   # clock of the movers
     vector_cycles = sum(count * chip.vector_cycles(cls) for cls, count in work.vector_ops.items())
     lanes = chip.vector_lanes(spec.compute_dtype)
     cube_dtype = np.dtype(work.cube_dtype) if work.cube_dtype else spec.compute_dtype   # int8 stays int8
-
     if cube and work.gemms:
-        plans = [plan_gemm(chip, g, cube_dtype, spec.small_channel) for g in work.gemms]
-        cores = max(p.cores for p in plans)
-        share = 1.0 / cores
-        other_inputs = max(0.0, spec.input_bytes - sum(p.memory_bytes for p in plans))
-        core_reads = sum(p.reads for p in plans) + share * other_inputs
-        cycles = sum(p.cycles for p in plans)
-        cost.padded_macs = sum(p.padded_macs for p in plans)
-        moves = sum(p.out_elements for p in plans) if chip.cube_output_via_vector else 0.0
-        blocks = sum(p.tiles for p in plans)
-        tiles = max(1.0, blocks)
-        # The epilogue works on output fractals: their intermediates are what must fit UB.
-        fractals = (spec.output_elements or spec.output_bytes / spec.compute_dtype.itemsize) / (
-            chip.cube_m_size * chip.cube_n_size)
-        spill, _ = _spill(chip, spec, max(1.0, fractals), spec.output_bytes)
-    else:
-        # Vector kernels (and cube work without a shape): whole blocks per core, the busiest
-        # core does `share` of the kernel.
-        cores_avail = chip.ai_core_cnt if cube else chip.vector_cores
-        blocks = _blocks(chip, spec)
-        whole_blocks = math.ceil(blocks - 1e-9)
-        cores = max(1, int(min(cores_avail, whole_blocks)))
-        share = min(1.0, math.ceil(whole_blocks / cores) / blocks)
-        spill, core_set = _spill(chip, spec, blocks, spec.input_bytes + spec.output_bytes)
-        core_reads = share * spec.input_bytes
-        cycles = share * work.cube_macs / chip.cube_macs_per_cycle(cube_dtype)
-        cost.padded_macs = float(work.cube_macs)
-        moves = 0.0
-        tiles = None
-        min_tiles = max(1.0, core_set * math.ceil(whole_blocks / cores) / chip.ub_size)
+        _price_cube(chip, spec, cost, cube_dtype, vector_cycles, lanes)
+        return cost
+
+    # Vector kernels (and cube work without a shape): whole blocks per core, the busiest core
+    # does `share` of the kernel.
+    freq = chip.vec_freq if chip.split and not cube else chip.cube_freq   # clock of the movers
+    cores_avail = chip.ai_core_cnt if cube else chip.vector_cores
+    blocks = _blocks(chip, spec)
+    whole_blocks = math.ceil(blocks - 1e-9)
+    cores = max(1, int(min(cores_avail, whole_blocks)))
+    share = min(1.0, math.ceil(whole_blocks / cores) / blocks)
+    spill, core_set = _spill(chip, spec, blocks, spec.input_bytes + spec.output_bytes)
+    cycles = share * work.cube_macs / chip.cube_macs_per_cycle(cube_dtype)
+    min_tiles = max(1.0, core_set * math.ceil(whole_blocks / cores) / chip.ub_size)
 
     # Every core read passes through L2 into the core's MTE2 queue; what misses L2 (weights,
     # evicted activations, spills) comes from DDR, which all cores share: the MTE2 stage lasts
@@ -541,43 +692,32 @@ def price_kernel(chip: Chip, spec: KernelSpec) -> KernelCost:
     # Writes likewise; reads and writes together also share the DDR pins (`hbm_us`).
     ddr_read = spec.ddr_read_bytes + spill
     ddr_write = spec.ddr_write_bytes + spill
-    core_reads += share * spill
+    # Broadcast constants (LayerNorm's gamma and beta, a bias) are read whole by every core;
+    # everything else splits with the output.
+    core_reads = share * (spec.input_bytes - spec.broadcast_bytes + spill) + spec.broadcast_bytes
     cost.mte2_us = max(core_reads / (chip.l2_read_rate * freq), ddr_read / chip.ddr_bytes_per_us)
     cost.mte3_us = max(share * (spec.output_bytes + spill) / (chip.ub_to_ddr_rate * freq),
                        ddr_write / chip.ddr_bytes_per_us)
     cost.hbm_us = (ddr_read + ddr_write) / chip.ddr_bytes_per_us
     cost.cube_us = cycles / chip.cube_freq
-    vector_share = share / (chip.vector_per_cube_core if cube else 1.0)
-    cost.vector_us = (vector_share * vector_cycles + moves / (chip.vector_per_cube_core if cube else 1.0)
-                      * chip.vector_cycles_move) / (lanes * chip.vec_freq)
+    cost.vector_us = share * vector_cycles / (lanes * chip.vec_freq)
 
-    # Double-buffered pipeline over n tiles: slowest + (others)/n + n x per-tile overhead
-    # (see COST_MODEL.md 3.5); never faster than the DDR floor.
+    # Double-buffered pipeline over n equal tiles, n chosen by the kernel: slowest + (others)/n
+    # + n x per-tile overhead, n at least what fits UB (COST_MODEL.md 3.5); never faster than
+    # the DDR floor.
     stages = [cost.mte2_us, cost.cube_us, cost.vector_us, cost.mte3_us]
     slowest = max(stages)
     others = sum(stages) - slowest
     tile_us = chip.tile_overhead_cycles / freq
-    if tiles is None:
-        tiles = max(min_tiles, math.sqrt(others / tile_us)) if tile_us > 0 and others > 0 else min_tiles
-    pipelined = slowest + others / tiles + tiles * tile_us
-    body = max(cost.hbm_us, pipelined)
-    cost.fill_drain_us = body - cost.steady_us
-    cost.latency_us = chip.gm_latency_us if spec.input_bytes + spec.output_bytes + spill > 0 else 0.0
-    cost.launch_us = chip.task_launch_overhead_us
-    cost.scalar_us = chip.kernel_scalar_overhead_us
-    cost.total_us = cost.overhead_us + body
-    memory = max(cost.mte2_us, cost.mte3_us, cost.hbm_us)
-    busy = (("memory", memory), ("cube", cost.cube_us), ("vector", cost.vector_us))
-    cost.bound = "launch" if cost.overhead_us >= body else max(busy, key=lambda kv: kv[1])[0]
+    tiles = max(min_tiles, math.sqrt(others / tile_us)) if tile_us > 0 and others > 0 else min_tiles
+    body = max(cost.hbm_us, slowest + others / tiles + tiles * tile_us)
     cost.cores_used = cores
     cost.blocks = blocks
     cost.spill_bytes = spill
     cost.tiles = tiles
-    cost.launches = 1
-    cost.flops = 2.0 * work.cube_macs + sum(work.vector_ops.values())
+    cost.padded_macs = float(work.cube_macs)
     cost.ddr_bytes = ddr_read + ddr_write
-    cost.l2_bytes = spec.l2_input_bytes
-    cost.memory_bytes = spec.input_bytes + spec.output_bytes + 2 * spill
+    _finish(chip, spec, cost, body)
     return cost
 
 

@@ -53,6 +53,7 @@ def kernel_spec(node: Node, dtype: np.dtype, small_channel: bool = False) -> Ker
     outputs = [_as_compute(v, dtype) for v in node.outputs]
     work = kernel.work(inputs, outputs, node.attrs)
     written = sum(t.nbytes for t in outputs)
+    out_elements = sum(t.size for t in outputs)
     read = [(v, _read_bytes(t, i, work, written)) for i, (v, t) in enumerate(zip(node.inputs, inputs))]
     return KernelSpec(
         name=node.name, op_type=node.op_type, work=work,
@@ -63,6 +64,9 @@ def kernel_spec(node: Node, dtype: np.dtype, small_channel: bool = False) -> Ker
         output_elements=max(sum(t.size for t in outputs), work.onchip_bytes // np.dtype(dtype).itemsize),
         largest_input_bytes=max((b for _, b in read), default=0),
         weight_bytes=sum(b for v, b in read if v is not None and v.is_const),
+        # a constant smaller than the output broadcasts over it (LayerNorm's gamma, a bias)
+        broadcast_bytes=sum(b for i, (v, b) in enumerate(read) if v is not None and v.is_const
+                            and i not in work.sparse_inputs and inputs[i].size < out_elements),
         small_channel=small_channel)
 
 
