@@ -48,6 +48,7 @@ def streaming_limits_lowered(monkeypatch):
     monkeypatch.setattr(weights, "CHUNK_BYTES", 4099)
     monkeypatch.setattr(container, "CHUNK_BYTES", 4099)
     monkeypatch.setattr(container._HashingWriter, "_OVERLAP", 4099)
+    monkeypatch.setattr(container, "_spare_core", lambda: True)
     mapped = []
     real = onnx_weights.skeleton
 
@@ -66,6 +67,37 @@ def test_streamed_om_of_mapped_weights_is_byte_identical_to_the_golden(name, str
         want = json.load(f)[f"{name}/force_fp16"]["om_sha256"]
     assert fingerprint(name, "force_fp16")["om_sha256"] == want
     assert streaming_limits_lowered and streaming_limits_lowered[0] > 0   # the weights were mapped
+
+
+@pytest.mark.parametrize("name", ["gpt2", "seed_testmodel"])
+def test_om_hashed_piece_by_piece_on_a_busy_machine_is_byte_identical(name, streaming_limits_lowered, monkeypatch):
+    """With no core to spare the writer hashes and writes each chunk a piece at a time on one
+    thread (pieces of 1000 bytes here, so a piece never lines up with a chunk): same bytes."""
+    monkeypatch.setattr(container, "_spare_core", lambda: False)
+    monkeypatch.setattr(container._HashingWriter, "_PIECE", 1000)
+    pieces = []
+    real_init = container._HashingWriter.__init__
+
+    class Counting:
+        def __init__(self, sha):
+            self._sha = sha
+
+        def update(self, data):
+            pieces.append(len(data))
+            self._sha.update(data)
+
+        def digest(self):
+            return self._sha.digest()
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.sha = Counting(self.sha)
+
+    monkeypatch.setattr(container._HashingWriter, "__init__", init)
+    with open(GOLDEN, encoding="utf-8") as f:
+        want = json.load(f)[f"{name}/force_fp16"]["om_sha256"]
+    assert fingerprint(name, "force_fp16")["om_sha256"] == want
+    assert pieces and max(pieces) <= 4099 and 1000 in pieces    # chunks were split into pieces
 
 
 def _weight_model(tmp_path, rows=256, cols=512, name="m"):
