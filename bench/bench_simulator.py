@@ -104,11 +104,7 @@ def bench(name: str, workdir: str, repeat: int, blas_threads: int, many: int) ->
     model = runner.load_model(om)                  # kernels prepared here, as atc-sim does
     load_s = time.perf_counter() - t0
     feeds = runner.random_inputs(model.graph)
-    if blas_threads:
-        forward = lambda: (blas.set_threads(blas_threads), runner._as_recorded(   # noqa: E731
-            model, runner.execute, model.plan, feeds))
-    else:
-        forward = lambda: runner.forward(model, feeds)   # noqa: E731
+    forward = lambda: runner.forward(model, feeds, blas_threads=blas_threads)   # noqa: E731
     first = _ms(forward)
     threads = blas.threads()
     sessions = {key: ort_session(onnx_path, enable) for key, enable in (("ort", True), ("ort_off", False))}

@@ -27,7 +27,7 @@ from ge.limits import KERNEL_TEMPORARIES, Budget, current_budget, max_tensor_byt
 from ge.files import Outputs, open_input
 from ge.symbolic import Dim
 from simulator.cost_model import Chip, KernelCost, load_chip, super_kernel_durations
-from simulator import blas
+from simulator import blas, host_memory
 from simulator.executor import DynamicRun, Plan, execute, live_bytes, prepare, run_graph
 from simulator.pricing import node_costs
 
@@ -623,11 +623,17 @@ def _check_run_budget(model: Model, feeds: dict) -> None:
                 budget.check_tensor(largest, f"Tensor [{value.name}] of kernel [{node.name}] at these input sizes")
 
 
-def forward(model: Model, feeds: dict, run: Optional[DynamicRun] = None) -> dict:
+def forward(model: Model, feeds: dict, run: Optional[DynamicRun] = None,
+            blas_threads: Optional[int] = None) -> dict:
     """One numeric forward with one BLAS thread per core that is ours and free right now
-    (simulator/blas.py: oversubscribed BLAS threads are what collapses a busy machine);
+    (simulator/blas.py: oversubscribed BLAS threads are what collapses a busy machine), or
+    `blas_threads` fixed; the memory it frees is kept for the next one (host_memory.py);
     `run` collects what a dynamic-shape model's run saw."""
-    blas.fit_to_free_cores()
+    host_memory.keep_freed_memory()
+    if blas_threads:
+        blas.set_threads(blas_threads)
+    else:
+        blas.fit_to_free_cores()
     return _as_recorded(model, execute, model.plan, feeds, None, run)
 
 
@@ -644,6 +650,7 @@ def _worker_init(path: str, soc_version: str, gear: Optional[int]) -> None:
 
 def _worker_forward(feeds: dict) -> tuple:
     model = _WORKER["model"]
+    host_memory.keep_freed_memory()
     t0 = time.perf_counter()
     outputs = _as_recorded(model, execute, model.plan, feeds)
     return outputs, (time.perf_counter() - t0) * 1e3

@@ -145,6 +145,18 @@ def test_max_pool_indices(xs, attrs, storage_order):
     check("MaxPool", [rand(*xs)], dict(attrs, storage_order=storage_order), n_outputs=2, fp16=False)
 
 
+@pytest.mark.parametrize("xs,attrs", POOL_CASES)
+def test_max_pool_without_indices(xs, attrs):
+    """A node with no Indices output takes the separable path (max along one axis, then the
+    next): the same values as onnxruntime and as the path that tracks indices."""
+    x = rand(*xs)
+    expected = run_ort_op("MaxPool", [x], attrs, 18)[0]
+    got = get_op("MaxPool").compute([x], dict(attrs, _outputs=1))
+    assert len(got) == 1 and got[0].shape == expected.shape and got[0].dtype == expected.dtype
+    np.testing.assert_array_equal(got[0], expected)
+    np.testing.assert_array_equal(got[0], get_op("MaxPool").compute([x], dict(attrs))[0])
+
+
 def test_max_pool_int8():
     x = RNG.integers(-128, 127, (1, 2, 6, 6)).astype(np.int8)
     check("MaxPool", [x], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})

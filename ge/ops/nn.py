@@ -423,14 +423,8 @@ def max_pool_compute(inputs, attrs):
     xp = _pad_spatial(x, begin, [e + a for e, a in zip(end, extra)], _lowest(x.dtype))
     y, tap_of = None, None
     taps = _taps(kernel, dilations)
-    if int(attrs.get("_outputs", 2)) < 2:           # no Indices output: the same maxima, in place
-        for offset in taps:
-            view = _tap(xp, offset, out, strides)
-            if y is None:
-                y = view.copy()
-            else:
-                np.copyto(y, view, where=view > y)
-        return [y]
+    if int(attrs.get("_outputs", 2)) < 2:           # no Indices output: the maxima alone
+        return [_separable_max(xp, kernel, out, strides, dilations)]
     for t, offset in enumerate(taps):
         view = _tap(xp, offset, out, strides)
         if y is None:
@@ -441,6 +435,38 @@ def max_pool_compute(inputs, attrs):
         tap_of[better] = t
     return [y, _pool_indices(x.shape, tap_of, np.asarray(taps, np.int64), begin, out, strides,
                              int(attrs.get("storage_order", 0)))]
+
+
+def _separable_max(xp: np.ndarray, kernel, out, strides, dilations) -> np.ndarray:
+    """Max over every window of padded `xp`, one spatial axis at a time: a window's max is the
+    max over its rows of the max along each row, so a k x k window costs 2(k-1) passes
+    instead of k*k - 1 (a 3x3/2 pool: 4 instead of 8, each on fewer elements).  NaN as the
+    tap loop has it (a tap replaces the running max only when greater): a window is NaN
+    when its first tap is, and otherwise ignores its NaNs -- np.fmax, then the first taps."""
+    y = xp
+    for axis in range(len(out)):
+        k, d, s, n = kernel[axis], dilations[axis], strides[axis], out[axis]
+
+        def tap(j, src=y, axis=axis):
+            index = [slice(None)] * src.ndim
+            index[2 + axis] = slice(j * d, j * d + (n - 1) * s + 1, s)
+            return src[tuple(index)]
+
+        if k == 1:
+            y = tap(0)
+            continue
+        reduced = np.fmax(tap(0), tap(1))
+        for j in range(2, k):
+            np.fmax(reduced, tap(j), out=reduced)
+        y = reduced
+    y = np.ascontiguousarray(y)
+    if np.may_share_memory(y, xp):          # all-1 kernel: a view of the input, never returned as such
+        y = y.copy()
+    if y.dtype.kind == "f":
+        first = np.isnan(_tap(xp, [0] * len(out), out, strides))
+        if first.any():
+            y[first] = np.nan
+    return y
 
 
 def _pool_indices(shape, tap_of, taps, begin, out, strides, storage_order: int) -> np.ndarray:
