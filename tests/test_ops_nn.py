@@ -72,6 +72,37 @@ def test_conv(xs, ws, bias, attrs):
     check("Conv", inputs, attrs, rtol=1e-4, atol=1e-5)
 
 
+# float32 3x3 stride-1 convs with at least winograd.MIN_TILES 2x2 output tiles: Winograd F(2x2, 3x3)
+WINOGRAD_CASES = [
+    ((1, 4, 12, 12), (5, 4, 3, 3), True, {"pads": [1, 1, 1, 1]}),
+    ((2, 3, 13, 11), (4, 3, 3, 3), True, {"pads": [1, 1, 1, 1]}),                 # odd output sizes, batch 2
+    ((1, 3, 14, 16), (4, 3, 3, 3), False, {"pads": [2, 0, 1, 2]}),                # uneven pads
+    ((1, 3, 14, 14), (4, 3, 3, 3), True, {"auto_pad": "SAME_LOWER"}),
+    ((1, 3, 15, 14), (4, 3, 3, 3), True, {}),                                     # no padding
+]
+
+
+@pytest.mark.parametrize("xs,ws,bias,attrs", WINOGRAD_CASES)
+def test_conv_winograd(xs, ws, bias, attrs):
+    from ge.ops import winograd
+    from ge.ops.nn import _window_geometry
+    x, w = rand(*xs), rand(*ws)
+    out = _window_geometry(xs[2:], [3, 3], attrs).out
+    assert winograd.applies(x, w, 1, [1, 1], [1, 1], out)
+    check("Conv", [x, w] + ([rand(ws[0])] if bias else []), attrs, rtol=1e-4, atol=1e-5)
+
+
+def test_winograd_weights_are_transformed_once_per_array():
+    from ge.ops import winograd
+    w = rand(4, 3, 3, 3)
+    u = winograd.transformed_weights(w)
+    assert u.shape == (16, 4, 3) and u.dtype == np.float32
+    assert winograd.transformed_weights(w) is u                  # the executor's constant: reused
+    key = id(w)
+    del w                                                        # and dropped with the weights
+    assert key not in winograd._weights
+
+
 @pytest.mark.parametrize("strides", [[1, 1], [2, 2]])
 def test_depthwise_channel_blocks(monkeypatch, strides):
     """The depthwise path processes channels in cache-sized blocks: force many small blocks."""

@@ -92,7 +92,7 @@ def _conv_block(s: dict, attrs: dict) -> np.ndarray:
     xa = x.astype(acc, copy=False)
     if attrs.get("input_scale"):
         xa = xa * s["scale"].astype(acc, copy=False)
-    y = get_op("Conv").compute([xa, w.astype(acc, copy=False)], attrs)[0]
+    y = get_op("Conv").compute([xa, w], attrs)[0]       # widened there; w stays the constant the executor keeps
     if attrs.get("residual_conv"):
         y += get_op("Conv").compute([s["res_x"].astype(acc, copy=False), s["res_w"].astype(acc, copy=False)],
                                     residual_conv_attrs(attrs))[0]
