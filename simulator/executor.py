@@ -159,8 +159,8 @@ _RELEASE_EVERY_BYTES = 32 << 20
 def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None) -> Plan:
     """Everything about a forward that does not depend on the inputs, done once: each kernel
     looked up, each constant converted to its kernel's compute dtype (up to
-    PREPARED_CONVERSION_BYTES in all), which outputs are read, the point where each value
-    can be freed."""
+    PREPARED_CONVERSION_BYTES in all), what a kernel derives from its constants alone
+    (`OpDef.prepare`), which outputs are read, the point where each value can be freed."""
     last_use: dict = {}
     for index, node in enumerate(graph.nodes):
         for v in node.inputs:
@@ -199,6 +199,12 @@ def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None)
                         and last_use[id(v)] == index and id(v) not in keep})
         op = kernel_of(node.op_type).op
         attrs = {**node.attrs, "_outputs": len(node.outputs)} if getattr(op, "sized_outputs", False) else node.attrs
+        if getattr(op, "prepare", None) is not None:     # e.g. a conv's Winograd weights, from its constant
+            try:
+                op.prepare([arg[1] if arg is not None and arg[0] else (v.desc if v is not None else None)
+                            for arg, v in zip(args, node.inputs)], attrs)
+            except Exception:      # only an early start: the forward's kernel reports what is wrong
+                pass
         steps.append(Step(node, op, attrs, args, dtype, kept, frees))
     outputs = [(v.name, v.const if v.is_const else None, id(v), np.dtype(v.desc.dtype)) for v in graph.outputs]
     release_mapped()           # the mapped pages the conversions read need not stay resident

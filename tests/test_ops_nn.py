@@ -88,7 +88,7 @@ def test_conv_winograd(xs, ws, bias, attrs):
     from ge.ops.nn import _window_geometry
     x, w = rand(*xs), rand(*ws)
     out = _window_geometry(xs[2:], [3, 3], attrs).out
-    assert winograd.applies(x, w, 1, [1, 1], [1, 1], out)
+    assert winograd.applies(x.dtype, w.shape, 1, [1, 1], [1, 1], out)
     check("Conv", [x, w] + ([rand(ws[0])] if bias else []), attrs, rtol=1e-4, atol=1e-5)
 
 

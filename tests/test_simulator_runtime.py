@@ -166,3 +166,30 @@ def test_maxpool_without_its_indices_output_computes_the_same_maxima():
         only = get_op("MaxPool").compute([x], {**attrs, "_outputs": 1})
         assert len(full) == 2 and len(only) == 1
         np.testing.assert_array_equal(full[0], only[0])
+
+
+
+
+def test_winograd_weights_are_ready_when_the_model_is_loaded(tmp_path):
+    """A conv that takes the Winograd path (ge/ops/winograd.py: 3x3, stride 1, enough output
+    tiles) has its transformed weights computed at load (OpDef.prepare), so the first forward
+    does not pay for them."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from ge.ops import winograd
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "c.onnx"))
+    assert atc_cli.main([f"--model={tmp_path / 'c.onnx'}", "--framework=5", f"--output={tmp_path / 'c'}",
+                         "--soc_version=Ascend910", "--precision_mode=force_fp32", "--log=error"]) == 0
+    model = runner.load_model(str(tmp_path / "c.om"))
+    (step,) = model.plan.steps
+    assert step.node.op_type == "ConvBNReluFusionOp" and id(step.args[1][1]) in winograd._weights
+    feeds = runner.random_inputs(model.graph)
+    before = dict(winograd._weights)
+    runner.forward(model, feeds)
+    assert winograd._weights.keys() == before.keys()          # nothing more computed by the forward

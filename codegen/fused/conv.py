@@ -218,9 +218,17 @@ def conv_bn_relu_work(inputs, outputs, attrs):
     return work
 
 
+def _block_prepare(slots: Slots):
+    """At load, what the block's conv precomputes from its constant weight (ge/ops/nn.py)."""
+    def prepare(inputs, attrs):
+        s = slots.read(inputs)
+        get_op("Conv").prepare([s["x"], s["w"]], attrs)
+    return prepare
+
+
 for _op_type in CONV_BLOCK_OPS:
-    register(OpDef(_op_type, OpKind.OUT_EWISE_FUSABLE, conv_bn_relu_compute, conv_bn_relu_infer),
-             conv_bn_relu_work)
+    register(OpDef(_op_type, OpKind.OUT_EWISE_FUSABLE, conv_bn_relu_compute, conv_bn_relu_infer,
+                   prepare=_block_prepare(BLOCK_SLOTS)), conv_bn_relu_work)
 
 
 # -- ConvPoolFCFusionOp --------------------------------------------------------------------
@@ -293,5 +301,5 @@ def conv_pool_fc_work(inputs, outputs, attrs):
     return total
 
 
-register(OpDef("ConvPoolFCFusionOp", OpKind.OUT_EWISE_FUSABLE, conv_pool_fc_compute, conv_pool_fc_infer),
-         conv_pool_fc_work)
+register(OpDef("ConvPoolFCFusionOp", OpKind.OUT_EWISE_FUSABLE, conv_pool_fc_compute, conv_pool_fc_infer,
+               prepare=_block_prepare(HEAD_SLOTS)), conv_pool_fc_work)

@@ -254,7 +254,7 @@ def conv_compute(inputs, attrs):
     cout = w.shape[0]
     cg, mg = c // group, cout // group
     p = math.prod(out)
-    if winograd.applies(x, w, group, strides, dilations, out):
+    if winograd.applies(ct, w.shape, group, strides, dilations, out):
         y = winograd.conv3x3(x, inputs[1], begin, out)        # U cached per weight array as given
         if b is not None:
             y += b.astype(ct, copy=False).reshape(_bias_shape(nd))
@@ -274,6 +274,23 @@ def conv_compute(inputs, attrs):
     if b is not None:
         y += b.astype(ct, copy=False).reshape(_bias_shape(nd))
     return [_to_result(y, out_dtype)]
+
+
+def conv_prepare(inputs, attrs) -> None:
+    """At load: the Winograd weights of a conv that will take that path (static input shape,
+    constant weight), so the first forward costs what the others do."""
+    x, w = inputs[0], inputs[1]
+    shape = getattr(x, "shape", None)
+    if not isinstance(w, np.ndarray) or getattr(x, "dtype", None) is None or shape is None \
+            or not all(isinstance(d, int) for d in shape) or len(shape) != w.ndim:
+        return
+    try:
+        win = _window_geometry(tuple(shape[2:]), list(w.shape[2:]), attrs)
+    except InvalidNode:
+        return
+    if winograd.applies(_compute_dtype(x.dtype), w.shape, int(attrs.get("group", 1)), win.strides, win.dilations,
+                        win.out):
+        winograd.transformed_weights(w)
 
 
 def _kernel_and_bias_check(op, inputs, attrs, channels_out):
@@ -299,7 +316,7 @@ def conv_infer(inputs, attrs):
     return [TensorType(cube_result_dtype(x.dtype), (x.shape[0], w.shape[0]) + tuple(out))]
 
 
-register(OpDef("Conv", OpKind.OUT_EWISE_FUSABLE, conv_compute, conv_infer))
+register(OpDef("Conv", OpKind.OUT_EWISE_FUSABLE, conv_compute, conv_infer, prepare=conv_prepare))
 
 
 # -- ConvTranspose ---------------------------------------------------------------------------

@@ -85,6 +85,10 @@ class OpDef:
                                       # weights visible to the quantized fusions)
     sized_outputs: bool = False       # compute reads attrs["_outputs"], how many outputs the node has,
                                       # to skip optional ones nobody asked for (MaxPool's Indices)
+    prepare: Optional[Callable[[Sequence[object], dict], None]] = None
+                                      # once at load (simulator/executor.py): each input the constant
+                                      # array compute will get, or its TensorDesc; precomputes what
+                                      # depends on constants alone (a conv's Winograd weights)
 
     def node_kind(self, attrs: dict) -> OpKind:
         return self.kind_of(attrs) if self.kind_of is not None else self.kind

@@ -13,7 +13,8 @@ more transform passes than they save in numpy and round 10-20x worse.
 Layout: V[p] (C, N*tiles) for transform point p, U[p] (C_out, C) the transformed weights,
 M[p] = U[p] @ V[p]; the output transform writes the four pixels of each tile straight into
 the NCHW output.  U is computed in float64 once per weight array and kept as long as the
-array lives (the executor hands each kernel the same constant every forward).
+array lives (the executor hands each kernel the same constant every forward, and has the
+conv kernels compute it when it loads the model: `OpDef.prepare`).
 """
 from __future__ import annotations
 
@@ -31,10 +32,10 @@ MIN_TILES = 36
 _weights: dict = {}           # id(weight array) -> (weakref to it, U)
 
 
-def applies(x: np.ndarray, w: np.ndarray, group: int, strides, dilations, out) -> bool:
-    """Whether conv_compute takes this path: float32, 2-D, one group, 3x3 kernel, stride and
-    dilation 1, enough tiles."""
-    return (x.dtype == np.float32 and x.ndim == 4 and group == 1 and tuple(w.shape[2:]) == (3, 3)
+def applies(dtype, w_shape, group: int, strides, dilations, out) -> bool:
+    """Whether conv_compute takes this path: computing in float32, 2-D, one group, 3x3
+    kernel, stride and dilation 1, enough tiles."""
+    return (np.dtype(dtype) == np.float32 and len(w_shape) == 4 and group == 1 and tuple(w_shape[2:]) == (3, 3)
             and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1)
             and ((out[0] + 1) // 2) * ((out[1] + 1) // 2) >= MIN_TILES)
 
