@@ -15,9 +15,12 @@ It prints the median of --repeat timed runs, min and max, the ratios, the first 
 after load against the median, and where the simulator's time goes (per op type).
 `--compete N` keeps N CPU-bound processes busy for the whole measurement (they are stopped
 at the end); `--many K` also times runner.run_many on K input sets with 1 and with all
-free cores.  The load average before and after is printed with the figures.
+free cores; `--floor` times the model's conv GEMMs alone, one by one, in numpy (OpenBLAS)
+and in onnxruntime's MLAS (a MatMul of each size), the least the simulator's forward can
+take with numpy's GEMM.  The load average before and after is printed with the figures.
 
-    python3 bench/bench_simulator.py [--models resnet50] [--repeat 9] [--compete 1] [--many 16]
+    python3 bench/bench_simulator.py [--models resnet50] [--repeat 9] [--blas_threads 1] [--compete 1]
+                                     [--many 16] [--floor]
 """
 from __future__ import annotations
 
@@ -84,6 +87,74 @@ def kernel_breakdown(model, feeds) -> list:
     return sorted(((t, ms, count[t]) for t, ms in per_type.items()), key=lambda r: -r[1])
 
 
+def conv_gemms(model) -> list:
+    """(M, K, P) of the GEMM each conv kernel of the loaded graph runs (im2col form: M output
+    channels, K = C_in/group x kernel taps, plus the residual conv's K, P output pixels)."""
+    from codegen.fused.conv import BLOCK_SLOTS, CONV_BLOCK_OPS, HEAD_SLOTS
+    from ge.ops.registry import get_op
+
+    shapes = []
+    for node in model.graph.nodes:
+        if node.op_type not in CONV_BLOCK_OPS + ("ConvPoolFCFusionOp",):
+            continue
+        s = (HEAD_SLOTS if node.op_type == "ConvPoolFCFusionOp" else BLOCK_SLOTS).read(node.inputs)
+        x, w = s["x"].desc, s["w"].desc
+        group = int(node.attrs.get("group", 1))
+        out = get_op("Conv").infer([x, w], node.attrs)[0]
+        k = int(np.prod(w.shape[1:]))
+        if node.attrs.get("residual_conv"):
+            k += int(np.prod(s["res_w"].desc.shape[1:]))
+        for _ in range(int(x.shape[0]) * group):
+            shapes.append((int(w.shape[0]) // group, k, int(np.prod(out.shape[2:]))))
+    return shapes
+
+
+def _mlas_matmul(m: int, k: int, p: int):
+    """onnxruntime (1 thread) running one MatMul of the same size, weight constant: MLAS."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((k, m)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [p, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [p, m])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with tempfile.NamedTemporaryFile(suffix=".onnx", delete=False) as f:
+        f.write(model.SerializeToString())
+    try:
+        session = ort_session(f.name, True)
+    finally:
+        os.unlink(f.name)
+    x = np.random.default_rng(1).standard_normal((p, k)).astype(np.float32)
+    return lambda: session.run(None, {"x": x})
+
+
+def gemm_floor(model, repeat: int) -> dict:
+    """CPU ms of the model's conv GEMMs alone, one by one, in numpy (OpenBLAS, 1 thread) and
+    in onnxruntime's MLAS (a MatMul of each size, 1 thread), interleaved: what the simulator
+    cannot go below with numpy's GEMM, next to what the same multiplies cost onnxruntime."""
+    from simulator import blas
+
+    blas.set_threads(1)
+    shapes = conv_gemms(model)
+    sums = {"numpy": 0.0, "mlas": 0.0}
+    for (m, k, p), count in sorted(((sh, shapes.count(sh)) for sh in set(shapes)), reverse=True):
+        rng = np.random.default_rng(0)
+        a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, p)).astype(np.float32)
+        out = np.empty((m, p), np.float32)
+        fns = {"numpy": lambda: np.matmul(a, b, out=out), "mlas": _mlas_matmul(m, k, p)}
+        cpu = defaultdict(list)
+        for fn in fns.values():
+            fn()
+        for _ in range(repeat):
+            for key, fn in fns.items():
+                _ms(fn, cpu[key])
+        for key in sums:
+            sums[key] += count * float(np.median(cpu[key]))
+    flops = sum(2 * m * k * p for m, k, p in shapes)
+    return {"gemms": len(shapes), "gflop": flops / 1e9, **{f"{k}_ms": v for k, v in sums.items()}}
+
+
 def _ms(fn, cpu: list = None) -> float:
     """Wall ms of fn(); its CPU ms (this process, all threads) appended to `cpu`."""
     c0, t0 = time.process_time(), time.perf_counter()
@@ -94,7 +165,7 @@ def _ms(fn, cpu: list = None) -> float:
     return wall
 
 
-def bench(name: str, workdir: str, repeat: int, blas_threads: int, many: int) -> dict:
+def bench(name: str, workdir: str, repeat: int, blas_threads: int, many: int, floor: bool = False) -> dict:
     from simulator import blas, runner
 
     t0 = time.perf_counter()
@@ -123,6 +194,8 @@ def bench(name: str, workdir: str, repeat: int, blas_threads: int, many: int) ->
               **{f"{k}_max": float(np.max(v)) for k, v in times.items()},
               **{f"{k}_cpu": float(np.median(v)) for k, v in cpu.items()}}
     result["breakdown"] = kernel_breakdown(model, feeds)
+    if floor:
+        result["floor"] = gemm_floor(model, repeat)
     if many:
         sets = [runner.random_inputs(model.graph, seed) for seed in range(many)]
         for workers in sorted({1, blas.usable_cores()}):    # the scaling, whatever is free now
@@ -140,6 +213,8 @@ def main(argv=None) -> int:
     parser.add_argument("--compete", type=int, default=0, help="CPU-bound processes kept busy meanwhile")
     parser.add_argument("--many", type=int, default=0, help="also time runner.run_many on this many input sets")
     parser.add_argument("--workdir", default="", help="where the .onnx/.om go (default: a temp folder)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time the model's conv GEMMs alone: numpy (OpenBLAS) vs onnxruntime's MLAS")
     args = parser.parse_args(argv)
     from simulator import blas
     import onnxruntime as ort
@@ -155,7 +230,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             workdir = args.workdir or tmp
             os.makedirs(workdir, exist_ok=True)
-            rows = [bench(name, workdir, args.repeat, args.blas_threads, args.many)
+            rows = [bench(name, workdir, args.repeat, args.blas_threads, args.many, args.floor)
                     for name in args.models.split(",")]
     finally:
         for p in competitors:
@@ -166,18 +241,25 @@ def main(argv=None) -> int:
     print("wall ms: median of the interleaved runs (min..max); CPU ms: median CPU time of this process per "
           "forward (all threads)")
     print(f"{'model':<10} {'sim ms':>8} {'ort ms':>8} {'ort_off ms':>10} {'sim/ort':>8} {'sim/ort_off':>11}"
-          f" {'sim min..max':>16} {'ort min..max':>16} {'first/median':>12} {'CPU sim/ort':>11}")
+          f" {'sim min..max':>16} {'ort min..max':>16} {'first/median':>12} {'CPU sim/ort':>11} {'CPU ratio':>9}")
     for r in rows:
         print(f"{r['model']:<10} {r['sim_ms']:>8.1f} {r['ort_ms']:>8.1f} {r['ort_off_ms']:>10.1f} "
               f"{r['sim_ms'] / r['ort_ms']:>8.2f} {r['sim_ms'] / r['ort_off_ms']:>11.2f} "
               f"{r['sim_min']:>7.1f}..{r['sim_max']:<7.1f} {r['ort_min']:>7.1f}..{r['ort_max']:<7.1f} "
-              f"{r['first_ms'] / r['sim_ms']:>12.2f} {r['sim_cpu']:>5.0f}/{r['ort_cpu']:<5.0f}")
+              f"{r['first_ms'] / r['sim_ms']:>12.2f} {r['sim_cpu']:>5.0f}/{r['ort_cpu']:<5.0f} "
+              f"{r['sim_cpu'] / r['ort_cpu']:>9.2f}")
     for r in rows:
         print(f"{r['model']}: model load (kernels prepared) {r['load_s']:.2f} s; first forward {r['first_ms']:.1f} ms "
               f"with {r['threads_at_first']} BLAS thread(s)")
         total = sum(ms for _, ms, _ in r["breakdown"])
         top = ", ".join(f"{t} {ms:.1f} ms ({100 * ms / total:.0f}%, {n}x)" for t, ms, n in r["breakdown"][:5])
         print(f"{r['model']} simulator time by op type: {top}")
+        if "floor" in r:
+            f = r["floor"]
+            print(f"{r['model']} conv GEMMs alone ({f['gemms']} GEMMs, {f['gflop']:.2f} GFLOP, CPU ms, 1 thread): "
+                  f"numpy/OpenBLAS {f['numpy_ms']:.1f} ms ({f['gflop'] / f['numpy_ms'] * 1e3:.0f} GFLOP/s), "
+                  f"onnxruntime MLAS MatMul {f['mlas_ms']:.1f} ms ({f['gflop'] / f['mlas_ms'] * 1e3:.0f} GFLOP/s); "
+                  f"OpenBLAS GEMMs / onnxruntime's whole forward (CPU): {f['numpy_ms'] / r['ort_cpu']:.2f}")
         for key in sorted(k for k in r if k.startswith("many_")):
             wall, rate, median = r[key]
             print(f"{r['model']} run_many, {key[5:]} worker(s): {rate:.2f} inferences/s "
