@@ -170,26 +170,41 @@ def test_maxpool_without_its_indices_output_computes_the_same_maxima():
 
 
 
-def test_winograd_weights_are_ready_when_the_model_is_loaded(tmp_path):
-    """A conv that takes the Winograd path (ge/ops/winograd.py: 3x3, stride 1, enough output
-    tiles) has its transformed weights computed at load (OpDef.prepare), so the first forward
-    does not pay for them."""
+def _conv_om(tmp_path, second_conv: bool) -> str:
+    """A 3x3 conv (pad 1, 4 -> 8 channels, 16x16: 64 Winograd tiles) and a Relu, compiled in
+    fp32; with `second_conv` a 1x1 conv after them (the three fuse into a ConvChainFusionOp)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    from ge.ops import winograd
 
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4, 3, 3)).astype(np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], [w])
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), "w3"),
+               numpy_helper.from_array(rng.standard_normal((8, 8, 1, 1)).astype(np.float32), "w1")]
+    nodes = [helper.make_node("Conv", ["x", "w3"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"])]
+    if second_conv:
+        nodes.append(helper.make_node("Conv", ["r", "w1"], ["y"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])],
+                              [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, [1, 8, 16, 16])],
+                              weights[:1 + second_conv])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "c.onnx"))
     assert atc_cli.main([f"--model={tmp_path / 'c.onnx'}", "--framework=5", f"--output={tmp_path / 'c'}",
                          "--soc_version=Ascend910", "--precision_mode=force_fp32", "--log=error"]) == 0
-    model = runner.load_model(str(tmp_path / "c.om"))
+    return str(tmp_path / "c.om")
+
+
+@pytest.mark.parametrize("second_conv,kernel", [(False, "ConvBNReluFusionOp"), (True, "ConvChainFusionOp")])
+def test_winograd_weights_are_ready_when_the_model_is_loaded(tmp_path, second_conv, kernel):
+    """A conv that takes the Winograd path (ge/ops/winograd.py: 3x3, stride 1, enough output
+    tiles) has its transformed weights computed at load (OpDef.prepare), so the first forward
+    does not pay for them -- in a conv block and as the first part of a conv chain; a 1x1
+    conv gets none."""
+    from ge.ops import winograd
+
+    model = runner.load_model(_conv_om(tmp_path, second_conv))
     (step,) = model.plan.steps
-    assert step.node.op_type == "ConvBNReluFusionOp" and id(step.args[1][1]) in winograd._weights
-    feeds = runner.random_inputs(model.graph)
+    weights = {arg[1].shape[2:]: arg[1] for arg in step.args if arg and arg[0] and arg[1].ndim == 4}
+    assert step.node.op_type == kernel and len(weights) == 1 + second_conv
+    assert id(weights[(3, 3)]) in winograd._weights
+    assert not second_conv or id(weights[(1, 1)]) not in winograd._weights
     before = dict(winograd._weights)
-    runner.forward(model, feeds)
+    runner.forward(model, runner.random_inputs(model.graph))
     assert winograd._weights.keys() == before.keys()          # nothing more computed by the forward

@@ -75,4 +75,14 @@ def _work(inputs, outputs, attrs):
     return work
 
 
-register(OpDef(OP_TYPE, OpKind.OUT_EWISE_FUSABLE, _compute, _infer), _work)
+def _prepare(inputs, attrs):
+    """At load, what each part derives from its constants (a conv's Winograd weights); the
+    second part sees the intermediate's type."""
+    _, _, first, second = _types(inputs, attrs)
+    for key, prefix, part in (("first_op", "a_", first), ("second_op", "b_", second)):
+        op = _part(attrs, key)
+        if op.prepare is not None:
+            op.prepare(part, part_attrs(attrs, prefix))
+
+
+register(OpDef(OP_TYPE, OpKind.OUT_EWISE_FUSABLE, _compute, _infer, prepare=_prepare), _work)

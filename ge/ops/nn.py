@@ -3,8 +3,9 @@
 Convolution goes through im2col + one BLAS matmul per call (grouped convs batch their groups
 in the same matmul); float32 3x3 stride-1 convs with enough output pixels take Winograd's
 F(2x2, 3x3) instead (ge/ops/winograd.py: 2.25x fewer multiplies); depthwise convs take a
-tap loop of vectorised multiply-adds instead, because a 1-row GEMM per channel wastes BLAS.  Pooling loops over kernel taps (at most
-prod(kernel_shape) vectorised passes), never over pixels.  float16 inputs of matrix ops are
+tap loop of vectorised multiply-adds instead, because a 1-row GEMM per channel wastes BLAS.
+Pooling loops over kernel taps (at most prod(kernel_shape) vectorised passes, a MaxPool
+without Indices one axis at a time), never over pixels.  float16 inputs of matrix ops are
 widened to float32 for the accumulation (as the cube unit's fp32 accumulator) and the result
 is cast back to float16; average pooling of float16 sums in float32 and casts back, max
 pooling stays in the input dtype (exact).

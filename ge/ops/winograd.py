@@ -2,7 +2,7 @@
 from a 4x4 input tile with 16 multiplies per channel pair instead of 36.
 
 Why: the numeric executor spends most of a CNN forward in BLAS GEMMs, and the 3x3 stride-1
-convs are about 40% of ResNet-50's multiplies.  F(2x2, 3x3) turns a conv into 16
+convs are 37% of ResNet-50's multiplies.  F(2x2, 3x3) turns a conv into 16
 independent GEMMs (one per point of the 4x4 transform domain) of 2.25x fewer multiplies in
 all, and replaces the 9x im2col copy of the input with a 4x transform of it.  Its
 transforms hold only 0, +-1 and +-1/2, so its rounding stays at the level of the direct
