@@ -31,7 +31,7 @@ from codegen.fused.quant_cube import EXTRA_SLOT
 from ge.errors import InternalError
 from ge.ir import Graph, Node, Value
 from ge.ops.ascend_quant import deq_scale_values
-from ge.ops.quant import F32
+from ge.ops.quant import F32, output_multiplier
 from ge.ops.registry import TensorType, get_op
 
 ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "Clip")
@@ -243,9 +243,16 @@ def _qoperator_plan(cube: Node, conv: bool):
     ws_c, wz_c = _channel_param(ws, cout, True), _channel_param(wz, cout, True)
     if ws_c is None or (wz is not None and wz_c is None):
         return (reasons.UNSUPPORTED_VARIANT, "weight scales must be per tensor or per output channel", [weight])
-    deq = (np.asarray(xs, F32).reshape(()) * np.asarray(ws_c, F32)).astype(F32)
+    x_scale = np.asarray(xs, F32).reshape(())
     if cube.op_type == "QGemm":
-        deq = (np.float32(a.get("alpha", 1.0)) * deq).astype(F32)
+        x_scale = np.float32(a.get("alpha", 1.0)) * x_scale
+    deq = (x_scale * np.asarray(ws_c, F32)).astype(F32)
+    if ys is not None:
+        # requantized as onnxruntime's kernel does it: float32(acc) * (scales / y_scale), one
+        # multiplier per channel, then rounded -- not float32(acc) * scales / y_scale, whose
+        # two roundings put some values on the other side of a .5 (one BERT-base GELU GEMM:
+        # 1 of 393,216 outputs, which the GELU's QLinearMul doubles)
+        deq = output_multiplier(x_scale, ws_c, ys)
     plan = CubePlan(conv, cube, cube.inputs[0], xz, w, wz_c, deq, nodes=[cube])
     bias = cube.inputs[b_slot] if b_slot is not None and len(cube.inputs) > b_slot else None
     if bias is not None:
@@ -253,7 +260,7 @@ def _qoperator_plan(cube: Node, conv: bool):
             return (reasons.NON_CONSTANT, "the bias must be a constant", [bias])
         plan.bias_q = bias.const.astype(np.int32).reshape(-1)
     if ys is not None:
-        plan.steps.append(Step("QuantizeLinear", _q_attrs(ys, yz)))
+        plan.steps.append(Step("QuantizeLinear", _q_attrs(np.float32(1.0), yz)))    # deq_scale has y_scale in it
     plan.output = cube.outputs[0]
     plan.attrs = _cube_attrs(cube, conv) if conv else {}
     return plan

@@ -102,6 +102,34 @@ def test_qoperator_conv_and_qlinear_add():
     assert got.dtype == np.uint8 and steps_apart(got, expected, 1) <= 1
 
 
+@pytest.mark.parametrize("op", ["QLinearMatMul", "QGemm"])
+def test_qoperator_requantization_is_onnxruntimes_exactly(op):
+    """The fused kernel requantizes as onnxruntime does, rint(acc * ((a_scale * b_scale) /
+    y_scale)), and equals it exactly.  Dequantizing first and dividing by y_scale after rounds
+    twice: with these scales (found by search) the accumulator +-1304 comes out +-10 instead
+    of onnxruntime's +-11."""
+    n = 8
+    a_s, b_s, y_s = S(0.077135354), S(0.0021413327), S(0.020512845)
+    w = RNG.integers(-127, 127, (2, n)).astype(np.int8)
+    w[:, 0] = [127, 1]                                            # column 0: acc = 127 a0 + a1
+    inits = [("as", a_s), ("az", np.int8(0)), ("w", w if op == "QLinearMatMul" else w.T.copy()), ("bs", b_s),
+             ("bz", np.int8(0)), ("ys", y_s), ("yz", np.int8(-5))]
+    if op == "QLinearMatMul":
+        node = helper.make_node(op, ["a", "as", "az", "w", "bs", "bz", "ys", "yz"], ["y"])
+    else:
+        inits.append(("c", np.zeros(n, np.int32)))
+        node = helper.make_node(op, ["a", "as", "az", "w", "bs", "bz", "c", "ys", "yz"], ["y"], transB=1,
+                                domain="com.microsoft")
+    model = model_of([node], [vi("a", np.int8, [6, 2])], [onnx.ValueInfoProto(name="y")], inits, ms=op == "QGemm")
+    graph, _ = fuse_model(model, passes=QUANT_PASSES)
+    assert op_types(graph) == ["QuantMatMulBiasActFusionOp"]
+    a = RNG.integers(-20, 20, (6, 2)).astype(np.int8)
+    a[0], a[1] = [10, 34], [-10, -34]                             # acc +-1304 in column 0
+    expected, got = run_ort(model, {"a": a})["y"], run_ir(graph, {"a": a})["y"]
+    assert expected[0, 0] == 11 - 5 and expected[1, 0] == -11 - 5
+    assert got.dtype == np.int8 and np.array_equal(got, expected)
+
+
 def test_qdq_gemm_transb_per_channel_float_output():
     n, k = 5, 16
     w = RNG.integers(-127, 127, (n, k)).astype(np.int8)

@@ -220,20 +220,45 @@ def test_other_custom_domain_is_refused():
     assert err.value.code == "E16002" and "my.domain" in err.value.message
 
 
+# BERT-base's GELU `Erf + 1` (scales measured in its quantize_static QOperator graph):
+# A_scale / C_scale = 1 - 5e-7, and 127 * B_scale / C_scale lands next to .5
+GELU_ADD_SCALES = {"layer0": (0.007843129, -1, 0.007843133), "layer1": (0.007843131, 0, 0.007843134)}
+
+
+@pytest.mark.parametrize("scales", sorted(GELU_ADD_SCALES))
 @pytest.mark.parametrize("scalar_b", [True, False])
-def test_qlinear_add_rounds_where_mlas_rounds(scalar_b):
-    """BERT-base's GELU `Erf + 1` (its scales, measured): A_scale / C_scale = 1 - 5e-7 puts
-    many sums within float rounding of .5; the kernel follows MLAS's order of float32
-    operations, so every one of the 256 values of A rounds as onnxruntime rounds it."""
+def test_qlinear_add_rounds_where_mlas_rounds(scalar_b, scales):
+    """Sums within float rounding of .5, or exactly on it (layer 1, a = 117: 116.5 after
+    MLAS's two fma): the kernel follows MLAS's order of float32 operations, so every one of
+    the 256 values of A rounds as onnxruntime rounds it."""
+    a_s, a_z, c_s = GELU_ADD_SCALES[scales]
     node = helper.make_node("QLinearAdd", ["a", "A_s", "A_z", "b", "B_s", "B_z", "C_s", "C_z"], ["c"],
                             domain="com.microsoft")
     b_shape = [1] if scalar_b else [256]
-    inits = [("A_s", np.array(0.007843129, np.float32)), ("A_z", np.array(-1, np.int8)),
+    inits = [("A_s", np.array(a_s, np.float32)), ("A_z", np.array(a_z, np.int8)),
              ("B_s", np.array(0.007874016, np.float32)), ("B_z", np.array(0, np.int8)),
-             ("C_s", np.array(0.007843133, np.float32)), ("C_z", np.array(-128, np.int8))]
+             ("C_s", np.array(c_s, np.float32)), ("C_z", np.array(-128, np.int8))]
     model = model_of([node], [vi("a", np.int8, [256]), vi("b", np.int8, b_shape)], [out("c")], inits, ms=True)
     feeds = {"a": np.arange(-128, 128).astype(np.int8),
              "b": np.full(b_shape, 127, np.int8) if scalar_b else RNG.integers(-128, 128, 256).astype(np.int8)}
+    assert_same(model, feeds)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("scalar_b", [True, False])
+def test_qlinear_binary_on_exact_ties(op, scalar_b):
+    """Scales whose ratios are powers of two put most results exactly on .5: only the very
+    order onnxruntime rounds in (QLinearMul: the output zero point added before the
+    rounding) gives its integers.  Odd zero points, so ties to even land differently."""
+    node = helper.make_node(op, ["a", "A_s", "A_z", "b", "B_s", "B_z", "C_s", "C_z"], ["c"], domain="com.microsoft")
+    c_s = np.float32(0.02)
+    a_s, b_s = (np.float32(0.01), np.float32(0.03)) if op == "QLinearAdd" else (np.float32(0.05), c_s / np.float32(0.05) / 2)
+    b_shape = [1] if scalar_b else [512]
+    inits = [("A_s", np.array(a_s, np.float32)), ("A_z", np.array(7, np.int8)), ("B_s", np.array(b_s, np.float32)),
+             ("B_z", np.array(-3, np.int8)), ("C_s", np.array(c_s, np.float32)), ("C_z", np.array(-23, np.int8))]
+    model = model_of([node], [vi("a", np.int8, [512]), vi("b", np.int8, b_shape)], [out("c")], inits, ms=True)
+    feeds = {"a": np.tile(np.arange(-128, 128).astype(np.int8), 2),
+             "b": RNG.integers(-128, 128, b_shape).astype(np.int8)}
     assert_same(model, feeds)
 
 

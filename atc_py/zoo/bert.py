@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Optional
 
 import numpy as np
 
@@ -91,11 +92,12 @@ def _layer(g: GraphBuilder, mod: Mod, x: str, mask: str, c: BertConfig) -> str:
 
 
 def build_bert_base(small: bool = False, opset: int = 17, pooler: bool = True, batch: int = 1,
-                    seq: int = 0):
+                    seq: int = 0, config: Optional[BertConfig] = None):
     """BERT-base (inputs input_ids/attention_mask [batch,128] int64; outputs last_hidden_state
     [batch,128,768] and, with `pooler`, pooler_output [batch,768]).  Small: 2 layers, hidden 32.
-    `batch` and `seq` (0: the config's) fix the shapes, as the inference guides' "_fix" exports do."""
-    c = replace(SMALL if small else BertConfig(), batch=batch, **({"seq": seq} if seq else {}))
+    `batch` and `seq` (0: the config's) fix the shapes, as the inference guides' "_fix" exports do;
+    `config` replaces both sizes (a test between small and base)."""
+    c = replace(config or (SMALL if small else BertConfig()), batch=batch, **({"seq": seq} if seq else {}))
     g = GraphBuilder("bert_base", SEED, opset=opset)
     ids = g.input("input_ids", np.int64, [c.batch, c.seq])
     mask = g.input("attention_mask", np.int64, [c.batch, c.seq])

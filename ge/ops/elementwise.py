@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from ge.ops.common import approx_reciprocal, broadcast_result, fast_impl, own_dtype_inside, present, same_as_input
+from ge.ops.mlas_float import erf_f32
 from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import InvalidNode, invalid_attr
 
@@ -59,36 +60,15 @@ def upcast(x: np.ndarray) -> np.ndarray:
 _ERF_TAYLOR_TERMS = 40
 
 
-# Rational minimax approximation of erf on [-4, 4] in float32 (the form Eigen and XLA use
-# for single precision: x * P(x^2) / Q(x^2); |x| >= 4 is +-1 in float32).
-_ERF32_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
-            -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
-_ERF32_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
-            -1.42647390514189e-02)
-
-
 def erf(x: np.ndarray) -> np.ndarray:
     """Vectorised erf.  float64 input: series/erfc in float64 (error ~1e-9).  Anything else:
-    the float32 rational form (abs error < 5e-7 against math.erf), ~20x faster, which is
-    what keeps GELU-heavy transformer graphs near onnxruntime's speed."""
+    onnxruntime's float32 kernel step for step (ge/ops/mlas_float.erf_f32), because in an
+    int8 graph the Erf of a GELU is rounded to int8 right after: a result one ulp off
+    onnxruntime's flips that rounding next to a .5 step boundary."""
     x = np.asarray(x)
     if x.dtype != np.float64:
-        return _erf32(x)
+        return erf_f32(x)
     return _erf64(x)
-
-
-def _erf32(x: np.ndarray) -> np.ndarray:
-    x = np.clip(x.astype(np.float32, copy=False), np.float32(-4.0), np.float32(4.0))
-    x2 = x * x
-    p = np.full_like(x2, _ERF32_P[0])
-    for c in _ERF32_P[1:]:
-        p *= x2
-        p += np.float32(c)
-    q = np.full_like(x2, _ERF32_Q[0])
-    for c in _ERF32_Q[1:]:
-        q *= x2
-        q += np.float32(c)
-    return x * p / q
 
 
 def _erf64(x: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ge.ops.common import approx_reciprocal, axis_attr, fast_impl, own_dtype_inside, same_as_input
+from ge.ops.mlas_float import LAYER_NORM_MIN_ROW, layer_norm_rows
 from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import InvalidNode, invalid_attr
 
@@ -139,6 +140,19 @@ def _layer_norm(inputs, attrs):
     axis = axis_attr("LayerNormalization", attrs, x.ndim, -1)
     axes = tuple(range(axis, x.ndim))
     eps = float(attrs.get("epsilon", 1e-5))
+    stash = _stash_dtype(attrs)
+    norm_shape = x.shape[axis:]
+    row = int(np.prod(norm_shape, dtype=np.int64))
+    if x.dtype == np.float32 and row >= LAYER_NORM_MIN_ROW and x.size:
+        # float32 data: onnxruntime's own order of operations, so a QuantizeLinear after it
+        # rounds as onnxruntime's does (ge/ops/mlas_float.py)
+        rows = x.size // row
+        flat = [None if p is None else np.broadcast_to(np.asarray(p, np.float32), norm_shape).reshape(row)
+                for p in (scale, bias)]
+        y, mean, inv_std = layer_norm_rows(x.reshape(rows, row), flat[0], flat[1], eps)
+        stats = x.shape[:axis] + (1,) * len(norm_shape)
+        return [y.reshape(x.shape), mean.reshape(stats).astype(stash, copy=False),
+                inv_std.reshape(stats).astype(stash, copy=False)]
     xf = _f32(x)
     mean = np.mean(xf, axis=axes, keepdims=True)
     centered = xf - mean
@@ -146,7 +160,6 @@ def _layer_norm(inputs, attrs):
     y = centered * inv_std * _f32(scale)
     if bias is not None:
         y = y + _f32(bias)
-    stash = _stash_dtype(attrs)
     return [y.astype(x.dtype, copy=False), mean.astype(stash, copy=False), inv_std.astype(stash, copy=False)]
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ge.errors import AtcError
 from ge.ops.common import broadcast_shape
+from ge.ops.mlas_float import fma_f32
 from ge.ops.nn import gemm_dims
 from ge.ops.quant import (F32, _quant_attrs, dequantize, integer_matmul, param, quant_dtype, quantize,
                           requantize)
@@ -84,27 +85,43 @@ def _centered_f32(x, zp):
 
 
 def qlinear_add_compute(inputs, attrs):
-    """MLAS's order of float32 operations (MlasQLinearAddKernelHelper, SSE2):
-    ``(fixed + a * (A_scale / C_scale)) + b * (B_scale / C_scale)`` with ``fixed = C_zp -
-    (ratio_A * A_zp + ratio_B * B_zp)`` (a scalar B folded into it), then rounded half to
-    even.  The mathematically equal ``ratio_A * (a - A_zp) + ...`` rounds the other way
-    where a value sits within float rounding of .5 -- 2.7% of one BERT-base GELU's
-    elements, whose ratio A_scale / C_scale is 1 - 5e-7."""
+    """MLAS's x86-64 AVX2 kernel step for step (MlasQLinearAddKernelAvx2Helper,
+    core/mlas/lib/qladd_avx2.cpp, built with FMA contraction): ratios ``r_A = A_scale /
+    C_scale``, ``r_B = B_scale / C_scale`` in float32; ``fixed = C_zp - fma(r_A, A_zp, r_B *
+    B_zp)``; then ``fma(a, r_A, fma(b, r_B, fixed))`` -- or, where A is the broadcast scalar,
+    ``fma(b, r_B, fma(a, r_A, fixed))`` -- each fma rounding once, and the sum rounded half to
+    even and saturated.  BERT-base's GELU ``Erf + 1`` puts sums on exact .5 ties (r_B * 127
+    = 127.5000458 with C_zp = -128): any other order of the same operations rounds some of
+    them the other way (measured against onnxruntime 1.32, tests/test_ops_quant.py)."""
     (a_s, b_s, c_s), (a_z, b_z, c_z) = _binary_params(attrs)
     ratio_a, ratio_b = np.float32(a_s / c_s), np.float32(b_s / c_s)
-    fixed = np.float32(np.float32(c_z) - np.float32(np.float32(ratio_a * np.float32(a_z)) + np.float32(ratio_b * np.float32(b_z))))
+    fixed = np.float32(np.float32(c_z) - fma_f32(ratio_a, np.float32(a_z), np.float32(ratio_b * np.float32(b_z))))
     a, b = inputs[0].astype(np.float32), inputs[3].astype(np.float32)
-    if b.size == 1:
-        v = np.float32(fixed + np.float32(b.reshape(()) * ratio_b)) + a * ratio_a
+    if _scalar_span(a, b):
+        v = fma_f32(b, ratio_b, fma_f32(a, ratio_a, fixed))
     else:
-        v = (fixed + a * ratio_a) + b * ratio_b
-    return [quantize(v.astype(np.float32), np.float32(1.0), 0, quant_dtype("QLinearAdd", param(attrs, "C_zero_point")))]
+        v = fma_f32(a, ratio_a, fma_f32(b, ratio_b, fixed))
+    return [quantize(v, np.float32(1.0), 0, quant_dtype("QLinearAdd", param(attrs, "C_zero_point")))]
+
+
+def _scalar_span(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether onnxruntime's broadcast loop hands the kernel A as the scalar of each span: A is
+    one element, or A's innermost axis is broadcast against B's."""
+    if a.size == 1:
+        return b.size > 1
+    return a.ndim > 0 and b.ndim > 0 and a.shape[-1] == 1 and b.shape[-1] > 1
 
 
 def qlinear_mul_compute(inputs, attrs):
+    """``C_zp + (a - A_zp)(b - B_zp) * (A_scale * B_scale / C_scale)`` in float32 (the integer
+    product is exact), then rounded half to even and saturated: the output zero point is
+    added *before* the rounding, as onnxruntime 1.32's x86-64 kernel does (measured on exact
+    .5 products: adding it after the rounding, as MLAS's SSE2 source reads, rounds
+    118.5 - 23 to 95 where onnxruntime gives 96)."""
     (a_s, b_s, c_s), (a_z, b_z, c_z) = _binary_params(attrs)
-    v = _centered_f32(inputs[0], a_z) * _centered_f32(inputs[3], b_z) * ((a_s * b_s) / c_s)
-    return [quantize(v, np.float32(1.0), c_z, quant_dtype("QLinearMul", param(attrs, "C_zero_point")))]
+    product = _centered_f32(inputs[0], a_z) * _centered_f32(inputs[3], b_z)
+    v = np.float32(c_z) + product * np.float32((a_s * b_s) / c_s)
+    return [quantize(v, np.float32(1.0), 0, quant_dtype("QLinearMul", param(attrs, "C_zero_point")))]
 
 
 def _binary_infer(op_type):
