@@ -56,7 +56,12 @@ def _om_batch(args) -> list:
         except Exception:   # the mutator or the harness itself: still a result, not a dead pool
             bad, codes, detail = "harness", [], traceback.format_exc()
         results.append((index, bad, codes, detail, {"seed": name, "edits": edits}, time.monotonic() - t0))
-    return results
+    return _with_peak(results)
+
+
+def _peak_mb() -> float:
+    """This worker's peak RSS so far (MB); atc runs isolated in a child count their own."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _onnx_batch(args) -> list:
@@ -83,15 +88,22 @@ def _onnx_batch(args) -> list:
         results.append((f"{base_seed}-{len(results)}", bad, codes, detail, spec, time.monotonic() - t0))
 
     one()
-    return results
+    return _with_peak(results)
+
+
+def _with_peak(results: list) -> list:
+    """Each result with the worker's peak RSS and, for an isolated atc run, the child's
+    (resource.RUSAGE_CHILDREN: the largest child this worker waited for)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return [r + (round(max(_peak_mb(), children), 1),) for r in results]
 
 
 def _record(out: str, kind: str, batch: list) -> None:
     with open(os.path.join(out, "results.jsonl"), "a") as f:
-        for index, verdict, codes, detail, case, seconds in batch:
+        for index, verdict, codes, detail, case, seconds, peak_mb in batch:
             f.write(json.dumps({"kind": kind, "index": index, "bad": verdict, "codes": codes,
                                 "detail": detail if verdict else "", "case": case if verdict else None,
-                                "seconds": round(seconds, 2)}, default=str) + "\n")
+                                "seconds": round(seconds, 2), "peak_rss_mb": peak_mb}, default=str) + "\n")
 
 
 def _recorded(out: str) -> dict:
@@ -100,7 +112,8 @@ def _recorded(out: str) -> dict:
     with open(os.path.join(out, "results.jsonl")) as f:
         for line in f:
             r = json.loads(line)
-            found[r["kind"]].append((r["index"], r["bad"], r["codes"], r["detail"], r["case"], r["seconds"]))
+            found[r["kind"]].append((r["index"], r["bad"], r["codes"], r["detail"], r["case"], r["seconds"],
+                                     r.get("peak_rss_mb", 0.0)))
     return found
 
 
@@ -109,13 +122,14 @@ def _summarize(kind: str, results: list, out: str) -> dict:
     codes = collections.Counter(c for r in results for c in set(r[2]))
     crashers = os.path.join(out, "crashers", kind)
     os.makedirs(crashers, exist_ok=True)
-    for index, verdict, _, detail, case, _ in results:
+    for index, verdict, _, detail, case, *_ in results:
         if verdict:
             with open(os.path.join(crashers, f"{verdict}-{index}.json"), "w") as f:
                 json.dump({"verdict": verdict, "detail": detail, "case": case}, f, indent=1, default=str)
-    slowest = max((r[5] for r in results), default=0.0)
+    slowest = max(results, key=lambda r: r[5], default=(None,) * 6)
     summary = {"kind": kind, "cases": len(results), "bad": dict(bad), "codes": dict(codes.most_common()),
-               "slowest_case_s": round(slowest, 2)}
+               "slowest_case_s": round(slowest[5] or 0.0, 2), "slowest_case": slowest[0],
+               "peak_rss_mb": max((r[6] for r in results), default=0.0)}
     print(json.dumps(summary))
     return summary
 
@@ -134,7 +148,7 @@ def main(argv=None) -> int:
         summaries = [_summarize(kind, results, args.summarize) for kind, results in sorted(_recorded(args.summarize).items())]
         return 1 if any(s["bad"] for s in summaries) else 0
     os.makedirs(args.out, exist_ok=True)
-    started = time.monotonic()
+    started, load_before = time.monotonic(), os.getloadavg()[0]
     summaries = []
     with multiprocessing.get_context("spawn").Pool(args.jobs, _init, (args.address_space,), maxtasksperchild=4) as pool:
         chunk = 250
@@ -143,7 +157,7 @@ def main(argv=None) -> int:
         for batch in pool.imap_unordered(_om_batch, batches):
             om_results.extend(batch)
             _record(args.out, "om", batch)
-            print(f"om: {len(om_results)}/{args.om} cases", file=sys.stderr, flush=True)
+            print(f"om: {len(om_results)}/{args.om} cases, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
         # batches of 50 drawn from their own seeds, so results arrive (and are kept) as they go
         sizes = [min(50, args.onnx - start) for start in range(0, args.onnx, 50)]
         onnx_batches = [(n, args.seed * 100 + i, args.out) for i, n in enumerate(sizes)]
@@ -151,11 +165,13 @@ def main(argv=None) -> int:
         for batch in pool.imap_unordered(_onnx_batch, onnx_batches):
             onnx_results.extend(batch)
             _record(args.out, "onnx", batch)
-            print(f"onnx: {len(onnx_results)}/{args.onnx} cases", file=sys.stderr, flush=True)
+            print(f"onnx: {len(onnx_results)}/{args.onnx} cases, load {os.getloadavg()[0]:.1f}", file=sys.stderr,
+                  flush=True)
     summaries.append(_summarize("om", om_results, args.out))
     summaries.append(_summarize("onnx", onnx_results, args.out))
     print(json.dumps({"seconds": round(time.monotonic() - started), "jobs": args.jobs, "seed": args.seed,
-                      "address_space": args.address_space}))
+                      "address_space": args.address_space,
+                      "load_1min_at_start_end": [round(load_before, 1), round(os.getloadavg()[0], 1)]}))
     return 1 if any(s["bad"] for s in summaries) else 0
 
 
