@@ -98,7 +98,23 @@ def _batch_norm(inputs, attrs):
     return [y]
 
 
+_BN_PARAMS = ("scale", "B", "input_mean", "input_var")
+
+
 def _batch_norm_infer(inputs, attrs):
+    """X of rank 1 or more (a rank-1 X is one channel), and each parameter one value per
+    channel, 1-D -- onnxruntime's checks, which ONNX's own shape inference makes only from
+    opset 14 on (an opset-13 model with a scalar X or a [1, C] scale reached folding)."""
+    x = inputs[0]
+    if not x.shape:
+        raise InvalidNode("BatchNormalization needs an input X of rank 1 or more (N x C x ...), got a scalar",
+                          "Give the node an N x C x ... input.")
+    channels = x.shape[1] if len(x.shape) > 1 else 1
+    for name, p in zip(_BN_PARAMS, list(inputs[1:5]) + [None] * (5 - len(inputs))):
+        if p is None or tuple(p.shape) != (channels,):
+            raise InvalidNode(f"BatchNormalization {name} of shape {None if p is None else list(p.shape)} must be "
+                              f"[{channels}], one value per channel of X {list(x.shape)}",
+                              "Fix the scale, B, mean and var inputs.")
     types = same_as_input(inputs, attrs)
     if int(attrs.get("training_mode", 0)):       # running_mean, running_var
         types += [TensorType(np.dtype(t.dtype), tuple(t.shape)) for t in inputs[3:5]]

@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 from onnx import helper
 
-from ge.errors import AtcError, invalid_attr
+from ge.errors import AtcError, InvalidNode, invalid_attr
 from ge.ops.common import normalize_axis
 from ge.ops.nn import conv_compute, conv_infer, matmul_shape
 from ge.ops.registry import OpDef, OpKind, TensorType, register
@@ -262,22 +262,19 @@ register(OpDef("DynamicQuantizeLinear", OpKind.OPAQUE, dynamic_quantize_compute,
 # -- integer matrix ops -------------------------------------------------------------------------
 
 
-def _matmul_zero_point(zp, operand_shape, role: str):
-    """A zero point of MatMulInteger: a scalar, or per row of A ([M]) / per column of B ([N])."""
+def _matmul_zero_point(zp):
+    """A zero point of MatMulInteger/QLinearMatMul as the shape rules let it through: per
+    tensor (A's, or B's), or per column of B ([N] or [..., 1, N], which broadcast as they are)."""
     if zp is None:
         return None
     zp = np.asarray(zp)
-    if zp.size == 1:
-        return zp.reshape(())
-    if role == "A":     # one per row: broadcast over K
-        return zp.reshape(zp.shape + (1,))
-    return zp           # one per column: broadcasts over the last axis
+    return zp.reshape(()) if zp.size == 1 else zp
 
 
 def integer_matmul(a, b, a_zp=None, b_zp=None) -> np.ndarray:
     """(a - a_zp) @ (b - b_zp) exactly, as int32."""
-    a64 = _centered(a, _matmul_zero_point(a_zp, a.shape, "A"))
-    b64 = _centered(b, _matmul_zero_point(b_zp, b.shape, "B"))
+    a64 = _centered(a, _matmul_zero_point(a_zp))
+    b64 = _centered(b, _matmul_zero_point(b_zp))
     return exact_int32(np.matmul(a64, b64))
 
 
@@ -299,6 +296,40 @@ def _int32_like(shape) -> list:
     return [TensorType(np.dtype(np.int32), tuple(shape))]
 
 
+def _shape_of(param) -> Optional[tuple]:
+    """The shape of a scale or zero point: a TensorType (a node input) or an array (a config
+    input made an attribute); None when absent."""
+    return None if param is None else tuple(int(d) for d in param.shape)
+
+
+def _is_per_tensor(shape: tuple) -> bool:
+    return len(shape) == 0 or shape == (1,)
+
+
+def check_per_tensor(op_type: str, name: str, param) -> None:
+    """A scale or zero point onnxruntime takes only per tensor: a scalar or a 1-D tensor of one
+    value (its IsScalarOr1ElementVector) -- a kernel broadcasting anything else would compute
+    what no runtime does, or fail at run time."""
+    shape = _shape_of(param)
+    if shape is not None and not _is_per_tensor(shape):
+        raise InvalidNode(f"{op_type} {name} of shape {list(shape)} must be a scalar or a 1-D tensor of one value "
+                          "(per-tensor quantization)", "Give the node a per-tensor scale and zero point.")
+
+
+def check_per_column(op_type: str, name: str, param, b_shape) -> None:
+    """A scale or zero point of the B (weight) operand of MatMulInteger/QLinearMatMul, as
+    onnxruntime takes it (IsBQuantParamSupported): per tensor, [N] for a 2-D B, or B's own
+    shape with the K axis 1 ([..., 1, N]: one value per column of each matrix)."""
+    shape, b = _shape_of(param), tuple(int(d) for d in b_shape)
+    if shape is None or _is_per_tensor(shape) or (len(shape) == 1 and len(b) == 2 and shape[0] == b[1]):
+        return
+    if len(shape) == len(b) >= 2 and shape[-2] == 1 and shape[:-2] + shape[-1:] == b[:-2] + b[-1:]:
+        return
+    raise InvalidNode(f"{op_type} {name} of shape {list(shape)} does not fit B {list(b)}: it must be a scalar, one "
+                      f"value per column ({[b[-1]] if len(b) == 2 else list(b[:-2]) + [1, b[-1]] if b else [1]}) "
+                      "or a 1-D tensor of one value", "Give the node a per-tensor or per-column weight quantization.")
+
+
 def _check_8bit(op_type: str, *types) -> None:
     for t in types:
         if t is not None and np.dtype(t.dtype) not in (np.dtype(np.int8), np.dtype(np.uint8)):
@@ -313,7 +344,11 @@ def matmul_integer_compute(inputs, attrs):
 
 def matmul_integer_infer(inputs, attrs):
     _check_8bit("MatMulInteger", inputs[0], inputs[1])
-    return _int32_like(matmul_shape(inputs[0].shape, inputs[1].shape))
+    out = matmul_shape(inputs[0].shape, inputs[1].shape)
+    zps = list(inputs[2:4]) + [None] * (4 - len(inputs))
+    check_per_tensor("MatMulInteger", "a_zero_point", zps[0])
+    check_per_column("MatMulInteger", "b_zero_point", zps[1], inputs[1].shape)
+    return _int32_like(out)
 
 
 def conv_integer_compute(inputs, attrs):
@@ -323,7 +358,11 @@ def conv_integer_compute(inputs, attrs):
 
 def conv_integer_infer(inputs, attrs):
     _check_8bit("ConvInteger", inputs[0], inputs[1])
-    return _int32_like(conv_infer(list(inputs[:2]), attrs)[0].shape)
+    out = conv_infer(list(inputs[:2]), attrs)[0]
+    zps = list(inputs[2:4]) + [None] * (4 - len(inputs))
+    check_per_tensor("ConvInteger", "x_zero_point", zps[0])
+    check_per_tensor("ConvInteger", "w_zero_point", zps[1])     # onnxruntime: no per-channel ConvInteger
+    return _int32_like(out.shape)
 
 
 register(OpDef("MatMulInteger", OpKind.OUT_EWISE_FUSABLE, matmul_integer_compute, matmul_integer_infer))
@@ -359,11 +398,15 @@ def qlinear_conv_compute(inputs, attrs):
 def qlinear_conv_infer(inputs, attrs):
     attrs = _stand_ins(inputs, attrs, _QLINEAR_CONFIG)
     _check_8bit("QLinearConv", inputs[0], inputs[3])
-    _, _, ws, _, _, yz = _qlinear_conv_params(attrs)
+    xs, xz, ws, wz, ys, yz = _qlinear_conv_params(attrs)
     out = conv_infer([inputs[0], inputs[3]], attrs)[0]
-    if ws.size not in (1, out.shape[1]):
-        raise AtcError("E16004", f"QLinearConv: w_scale has {ws.size} values for {out.shape[1]} output channels.",
-                       "Give one weight scale, or one per output channel.")
+    for name, p in (("x_scale", xs), ("x_zero_point", xz), ("y_scale", ys), ("y_zero_point", yz)):
+        check_per_tensor("QLinearConv", name, p)
+    for name, p in (("w_scale", ws), ("w_zero_point", wz)):       # per tensor, or one per output channel
+        if p is not None and not (_is_per_tensor(p.shape) or tuple(p.shape) == (out.shape[1],)):
+            raise InvalidNode(f"QLinearConv {name} of shape {list(p.shape)} must be a scalar, a 1-D tensor of one "
+                              f"value or [{out.shape[1]}], one per output channel",
+                              "Give one weight scale and zero point, or one per output channel.")
     return [TensorType(quant_dtype("QLinearConv", yz), tuple(out.shape))]
 
 
@@ -389,8 +432,13 @@ def qlinear_matmul_compute(inputs, attrs):
 def qlinear_matmul_infer(inputs, attrs):
     attrs = _stand_ins(inputs, attrs, _QLINEAR_MATMUL_CONFIG)
     _check_8bit("QLinearMatMul", inputs[0], inputs[3])
-    *_, y_z = _qlinear_matmul_params(attrs)
-    return [TensorType(quant_dtype("QLinearMatMul", y_z), matmul_shape(inputs[0].shape, inputs[3].shape))]
+    a_s, a_z, b_s, b_z, y_s, y_z = _qlinear_matmul_params(attrs)
+    out = matmul_shape(inputs[0].shape, inputs[3].shape)
+    for name, p in (("a_scale", a_s), ("a_zero_point", a_z), ("y_scale", y_s), ("y_zero_point", y_z)):
+        check_per_tensor("QLinearMatMul", name, p)
+    for name, p in (("b_scale", b_s), ("b_zero_point", b_z)):
+        check_per_column("QLinearMatMul", name, p, inputs[3].shape)
+    return [TensorType(quant_dtype("QLinearMatMul", y_z), out)]
 
 
 register(OpDef("QLinearMatMul", OpKind.OUT_EWISE_FUSABLE, qlinear_matmul_compute, qlinear_matmul_infer,

@@ -212,3 +212,91 @@ case("prelu_slope_bad", N("PRelu", ["x", "s"], ["y"], name="n"), [("x", F, [2, 6
 case("instnorm_rank2", N("InstanceNormalization", ["x", "s", "b"], ["y"], name="n"), [("x", F, [2, 6])], [f32("s", [1, 1, 1, 1, 1, 1]), f32("b", np.zeros(6))])
 case("groupnorm_bad", N("GroupNormalization", ["x", "s", "b"], ["y"], name="n", num_groups=4), [("x", F, [1, 6, 2, 2])], [f32("s", np.ones(6)), f32("b", np.zeros(6))], opset=21)
 case("groupnorm_scale_len", N("GroupNormalization", ["x", "s", "b"], ["y"], name="n", num_groups=2), [("x", F, [1, 6, 2, 2])], [f32("s", np.ones(5)), f32("b", np.zeros(5))], opset=21)
+
+
+# Found by the seed-3 fuzz run on the final code, and their siblings (probed against onnxruntime):
+# a BatchNormalization whose X is a scalar or whose parameters are not one value per channel --
+# ONNX's shape inference checks that only from opset 14 on, so an opset-13 model reached folding.
+def bn(name, x_shape, p_shapes, opset=13, const_x=False):
+    params = [f32(n, np.ones(s)) for n, s in zip("sbmv", p_shapes)]
+    x = [f32("x", np.ones(x_shape))] if const_x else []
+    case(name, N("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="n"),
+         [] if const_x else [("x", F, list(x_shape))], x + params, opset=opset)
+
+
+bn("bn_scalar_x_folded", (), [(1,)] * 4, const_x=True)
+bn("bn_scalar_x_folded_scalar_params", (), [()] * 4, const_x=True)
+bn("bn_rank1_x_one_channel_ok", (3,), [(1,)] * 4)
+bn("bn_rank1_x_params_of_3", (3,), [(3,)] * 4, const_x=True)
+bn("bn_params_rank2_op13", (2, 3), [(1, 3)] * 4)
+bn("bn_params_scalar_op13", (2, 3, 4), [()] * 4)
+bn("bn_params_len1_op13", (2, 3, 4), [(1,)] * 4)
+bn("bn_bias_len_op13", (2, 3, 4), [(3,), (1,), (3,), (3,)])
+bn("bn_one_channel_ok_op13", (2, 1, 4), [(1,)] * 4)
+
+
+# Zero points and scales of the quantized matrix ops, in shapes onnxruntime refuses: A's (and
+# y's, and ConvInteger's) per tensor only; B's per tensor, [N] for a 2-D B or [..., 1, N];
+# QLinearConv's weight per tensor or one per output channel.
+def u8(name, shape, value=1):
+    return numpy_helper.from_array(np.full(shape, value, np.uint8), name)
+
+
+def mmi(name, a_shape, b_shape, a_zp=None, b_zp=None):
+    inits = [u8("a", a_shape), u8("b", b_shape), u8("az", a_zp if a_zp is not None else ())]
+    inputs = ["a", "b", "az" if a_zp is not None else ""]
+    if b_zp is not None:
+        inits.append(u8("bz", b_zp))
+        inputs.append("bz")
+    case(name, N("MatMulInteger", inputs, ["y"], name="n"), [], inits, out_t=TP.INT32)
+
+
+mmi("mmi_a_zero_point_rank3", (3, 4, 4), (1, 4, 2), a_zp=(1, 4, 2))
+mmi("mmi_a_zero_point_per_row", (4, 4), (4, 2), a_zp=(4,))
+mmi("mmi_a_zero_point_1x1", (4, 4), (4, 2), a_zp=(1, 1))
+mmi("mmi_a_zero_point_one_value_ok", (4, 4), (4, 2), a_zp=(1,))
+mmi("mmi_b_zero_point_per_column_ok", (4, 4), (4, 2), b_zp=(2,))
+mmi("mmi_b_zero_point_1xn_ok", (4, 4), (4, 2), b_zp=(1, 2))
+mmi("mmi_b_zero_point_batched_ok", (3, 4, 4), (3, 4, 2), b_zp=(3, 1, 2))
+mmi("mmi_b_zero_point_per_row_of_b", (4, 4), (4, 2), b_zp=(4,))
+mmi("mmi_b_zero_point_full", (4, 4), (4, 2), b_zp=(4, 2))
+mmi("mmi_b_zero_point_n_on_batched_b", (3, 4, 4), (3, 4, 2), b_zp=(2,))
+mmi("mmi_b_zero_point_other_batch", (3, 4, 4), (1, 4, 2), b_zp=(3, 1, 2))
+
+
+def conv_integer(name, x_zp=(), w_zp=()):
+    case(name, N("ConvInteger", ["x", "w", "xz", "wz"], ["y"], name="n"), [("x", TP.UINT8, [1, 3, 5, 5])],
+         [u8("w", (4, 3, 3, 3)), u8("xz", x_zp), u8("wz", w_zp)], out_t=TP.INT32)
+
+
+conv_integer("convinteger_ok")
+conv_integer("convinteger_x_zero_point_per_channel", x_zp=(3,))
+conv_integer("convinteger_w_zero_point_per_channel", w_zp=(4,))
+conv_integer("convinteger_w_zero_point_rank4", w_zp=(4, 1, 1, 1))
+
+
+def qlinear(name, op, x_shape, w, x=(), wq=((), ()), y=(), wz_values=0):
+    xs, ws, ys = (f32(n, np.full(s, v)) for n, s, v in (("xs", x, 0.02), ("ws", wq[1], 0.01), ("ys", y, 0.05)))
+    wz = numpy_helper.from_array(np.full(wq[0], wz_values, np.int8) if np.isscalar(wz_values)
+                                 else np.asarray(wz_values, np.int8).reshape(wq[0]), "wz")
+    wt = numpy_helper.from_array(np.ones(w, np.int8), "w")
+    case(name, N(op, ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], name="n"), [("x", TP.UINT8, x_shape)],
+         [xs, u8("xz", x), wt, ws, wz, ys, u8("yz", y)], out_t=TP.UINT8)
+
+
+qlinear("qlmm_ok", "QLinearMatMul", [2, 3, 4], (4, 5))
+qlinear("qlmm_b_per_column_ok", "QLinearMatMul", [2, 3, 4], (4, 5), wq=((5,), (5,)))
+qlinear("qlmm_b_batched_ok", "QLinearMatMul", [2, 3, 4], (2, 4, 5), wq=((2, 1, 5), (2, 1, 5)))
+qlinear("qlmm_a_per_row", "QLinearMatMul", [2, 3, 4], (4, 5), x=(3,))
+qlinear("qlmm_a_odd_length", "QLinearMatMul", [2, 3, 4], (4, 5), x=(2,))
+qlinear("qlmm_a_1x1", "QLinearMatMul", [2, 3, 4], (4, 5), x=(1, 1))
+qlinear("qlmm_y_per_column", "QLinearMatMul", [2, 3, 4], (4, 5), y=(5,))
+qlinear("qlmm_b_per_row_of_b", "QLinearMatMul", [2, 3, 4], (4, 5), wq=((4,), (4,)))
+qlinear("qlconv_ok", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3))
+qlinear("qlconv_w_per_channel_ok", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3), wq=((4,), (4,)))
+qlinear("qlconv_w_scale_per_channel_ok", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3), wq=((), (4,)))
+qlinear("qlconv_w_rank4", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3), wq=((4, 1, 1, 1), (4, 1, 1, 1)))
+qlinear("qlconv_w_per_input_channel", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3), wq=((3,), (3,)))
+qlinear("qlconv_w_zero_points_differ_ok", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3), wq=((4,), (4,)), wz_values=[0, 1, 0, 0])
+qlinear("qlconv_x_per_channel", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3), x=(3,))
+qlinear("qlconv_y_per_channel", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3), y=(4,))
