@@ -27,6 +27,7 @@ from fusion_passes.base import (FusionPass, Match, creates_cycle, escaping_value
                                 scalar_const, single_consumer)
 from ge.ir import Graph, Node, Value
 from ge.ops.common import normalize_axis
+from ge.ops.reduce import flag
 
 FUSED_OP = "LayerNormalization"
 
@@ -40,7 +41,7 @@ def reduce_axes(node: Node, rank: int) -> Optional[list]:
     """Normalized, sorted axes of a ReduceMean; None for an empty no-op reduction."""
     axes = node.attrs.get("axes")
     if axes is None or len(axes) == 0:
-        return None if int(node.attrs.get("noop_with_empty_axes", 0)) else list(range(rank))
+        return None if flag(node.attrs, "noop_with_empty_axes", 0) else list(range(rank))
     return sorted(normalize_axis(int(a), rank) for a in axes)
 
 

@@ -18,6 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ge.ir import Node, Value
+from ge.ops.reduce import flag
 from ge.symbolic import Dim, SymbolicDimError, bounds, dim_max, dim_min, floordiv, mod
 
 MAX_ELEMENTS = 64           # only shape-sized tensors are tracked
@@ -192,8 +193,10 @@ def _reduce(fn):
     def rule(args, attrs, out):
         x = args[0]
         axes = attrs.get("axes")
+        if (axes is None or len(axes) == 0) and flag(attrs, "noop_with_empty_axes", 0):
+            return [x]
         axes = tuple(range(x.ndim)) if axes is None or len(axes) == 0 else tuple(int(a) % x.ndim for a in axes)
-        keep = bool(int(attrs.get("keepdims", 1)))
+        keep = flag(attrs, "keepdims", 1)
         result = x
         for axis in sorted(axes, reverse=True):
             parts = [np.take(result, i, axis=axis) for i in range(result.shape[axis])]

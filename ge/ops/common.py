@@ -88,6 +88,15 @@ def normalize_axes(axes: Optional[Sequence[int]], rank: int) -> list:
     return sorted(normalize_axis(int(a), rank) for a in (axes or []))
 
 
+def check_one_value(op_type: str, name: str, shape) -> None:
+    """An input that holds one number (CumSum's axis, Range's bounds) as onnxruntime takes it:
+    a scalar or a 1-D tensor of one value."""
+    shape = tuple(shape)
+    if shape not in ((), (1,)):
+        raise InvalidNode(f"{op_type}: {name} must be a scalar or a 1-D tensor of one value, got shape {list(shape)}",
+                          "Check the node's inputs.")
+
+
 def present(inputs: Sequence) -> list:
     """The inputs that are not omitted (ONNX optional inputs are None here)."""
     return [x for x in inputs if x is not None]

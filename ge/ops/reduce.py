@@ -16,13 +16,19 @@ from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import invalid_attr
 
 
+def flag(attrs: dict, name: str, default: int) -> bool:
+    """keepdims / noop_with_empty_axes as onnxruntime and ONNX's shape inference read them: on
+    only when 1 (keepdims=7 drops the axis there, so it does here too)."""
+    return int(attrs.get(name, default)) == 1
+
+
 def reduced_axes(op_type: str, attrs: dict, rank: int) -> Optional[tuple]:
     """The reduced axes, sorted and non-negative; None means "no reduction" (noop)."""
     axes = attrs.get("axes")
     if isinstance(axes, (int, np.integer)):
         axes = [int(axes)]
     if axes is None or len(axes) == 0:
-        if int(attrs.get("noop_with_empty_axes", 0)):
+        if flag(attrs, "noop_with_empty_axes", 0):
             return None
         return tuple(range(rank))
     try:
@@ -123,13 +129,13 @@ def _make_reduce(op_type: str, kernel) -> OpDef:
         axes = reduced_axes(op_type, attrs, x.ndim)
         if axes is None:
             return [x.copy()]
-        y = kernel(x, axes, bool(int(attrs.get("keepdims", 1))))
+        y = kernel(x, axes, flag(attrs, "keepdims", 1))
         return [np.asarray(y).astype(x.dtype, copy=False)]
 
     def infer(inputs, attrs):
         t = inputs[0]
         axes = reduced_axes(op_type, attrs, len(t.shape))
-        shape = _reduced_shape(tuple(t.shape), axes, bool(int(attrs.get("keepdims", 1))))
+        shape = _reduced_shape(tuple(t.shape), axes, flag(attrs, "keepdims", 1))
         return [TensorType(np.dtype(t.dtype), shape)]
 
     return OpDef(op_type=op_type, kind=OpKind.REDUCE, compute=compute, infer=infer,
@@ -157,7 +163,7 @@ def _make_arg(op_type: str, np_arg) -> OpDef:
             idx = x.shape[axis] - 1 - np_arg(np.flip(x, axis=axis), axis=axis)
         else:
             idx = np_arg(x, axis=axis)
-        if int(attrs.get("keepdims", 1)):
+        if flag(attrs, "keepdims", 1):
             idx = np.expand_dims(idx, axis)
         return [np.asarray(idx, dtype=np.int64)]
 
@@ -165,7 +171,7 @@ def _make_arg(op_type: str, np_arg) -> OpDef:
         shape = tuple(inputs[0].shape)
         axis = axis_of(attrs, len(shape))
         return [TensorType(np.dtype(np.int64),
-                           _reduced_shape(shape, (axis,), bool(int(attrs.get("keepdims", 1)))))]
+                           _reduced_shape(shape, (axis,), flag(attrs, "keepdims", 1)))]
 
     return OpDef(op_type=op_type, kind=OpKind.REDUCE, compute=compute, infer=infer)
 

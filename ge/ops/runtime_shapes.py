@@ -21,7 +21,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from ge.errors import InvalidNode
-from ge.ops.common import axis_attr, normalize_axis
+from ge.ops.common import axis_attr, check_one_value, normalize_axis
+from ge.ops.reduce import flag
 from ge.ops.registry import TensorType
 from ge.symbolic import Dim, SymbolicDimError, bounds, dim_max, floordiv, upper_bound
 
@@ -84,6 +85,8 @@ def output_types(op_type: str, types: list, attrs: dict, runtime: set, n_outputs
 
 def _reshape(types, attrs, runtime, n, known, fresh):
     x = types[0]
+    if len(types[1].shape) != 1:        # onnxruntime: a shape tensor is a vector
+        raise InvalidNode(f"Reshape: the shape input must be a 1-D tensor, got shape {list(types[1].shape)}")
     rank = _count(types[1], "shape")
     numel = math.prod(x.shape)
     if rank == 1:
@@ -144,9 +147,9 @@ def _unsqueeze(types, attrs, runtime, n, known, fresh):
 def _reduce(types, attrs, runtime, n, known, fresh):
     x = types[0]
     k = _count(types[1], "axes")
-    keep = bool(int(attrs.get("keepdims", 1)))
+    keep = flag(attrs, "keepdims", 1)
     if k == 0:
-        if int(attrs.get("noop_with_empty_axes", 0)):
+        if flag(attrs, "noop_with_empty_axes", 0):
             return [_tt(x.dtype, x.shape)]
         return [_tt(x.dtype, [1] * len(x.shape) if keep else [])]
     if keep:                        # a reduced dim is 1, even where the input's is 0
@@ -210,6 +213,8 @@ def _constant_of_shape(types, attrs, runtime, n, known, fresh):
 
 def _range(types, attrs, runtime, n, known, fresh):
     dtype = types[0].dtype
+    for name, t in zip(("start", "limit", "delta"), types[:3]):
+        check_one_value("Range", name, t.shape)
     if all(k is not None for k in known[:3]):
         start, limit, delta = (k.reshape(()).item() for k in known[:3])
         if isinstance(delta, int) and delta > 0:

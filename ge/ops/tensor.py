@@ -89,6 +89,8 @@ def reshape_shape(shape, attrs):
     target = _int_list(attrs.get("shape"))
     if target is None:
         raise _err("Reshape", "the target shape is unknown", "Make the shape input constant.")
+    if not _has_dims(attrs["shape"]) and np.ndim(attrs["shape"]) != 1:     # as onnxruntime: a shape is a vector
+        raise _err("Reshape", f"the shape input must be a 1-D tensor, got one of rank {np.ndim(attrs['shape'])}")
     allowzero = int(attrs.get("allowzero", 0))
     if not allowzero and any(d == 0 and i >= len(shape) for i, d in enumerate(target)):
         raise _err("Reshape", f"shape {target} copies a dim (0) the input {shape} does not have")
@@ -160,7 +162,7 @@ def _perm(rank, attrs):
 
 
 _reg("Transpose", OpKind.INJECTIVE,
-     lambda inputs, attrs: [np.ascontiguousarray(np.transpose(inputs[0], _perm(inputs[0].ndim, attrs)))],
+     lambda inputs, attrs: [np.asarray(np.transpose(inputs[0], _perm(inputs[0].ndim, attrs)), order="C")],
      _like(lambda s, a: tuple(s[p] for p in _perm(len(s), a))))
 
 
@@ -225,6 +227,8 @@ def _slices(shape, attrs):
         raise _err("Slice", f"starts {starts} and ends {ends} must be given with equal length")
     axes = _int_list(attrs.get("axes")) or list(range(len(starts)))
     steps = _int_list(attrs.get("steps")) or [1] * len(starts)
+    if not shape:
+        raise _err("Slice", "a scalar cannot be sliced (onnxruntime refuses it too)")
     index = [slice(None)] * len(shape)
     for start, end, axis, step in zip(starts, ends, axes, steps):
         axis = normalize_axis(axis, len(shape))
@@ -255,7 +259,7 @@ def _slice_len(s: slice, dim) -> int:
 
 
 _reg("Slice", OpKind.INJECTIVE,
-     lambda inputs, attrs: [np.ascontiguousarray(inputs[0][_slices(inputs[0].shape, attrs)])],
+     lambda inputs, attrs: [np.asarray(inputs[0][_slices(inputs[0].shape, attrs)], order="C")],
      _like(lambda s, a: tuple(_slice_len(sl, d) for sl, d in zip(_slices(s, a), s))),
      config_inputs=((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps")))
 
@@ -486,13 +490,20 @@ def _range_count(start, limit, delta) -> int:
     return max(math.ceil(count), 0)
 
 
+def range_bounds(inputs) -> tuple:
+    """start, limit and delta as 0-d arrays, each checked to hold one value."""
+    for name, x in zip(("start", "limit", "delta"), inputs[:3]):
+        common.check_one_value("Range", name, np.shape(x))
+    return tuple(np.asarray(x).reshape(()) for x in inputs[:3])
+
+
 def range_infer_values(inputs, attrs):
-    start, limit, delta = (np.asarray(x).reshape(()) for x in inputs[:3])
+    start, limit, delta = range_bounds(inputs)
     return _tt(start.dtype, (_range_count(start, limit, delta),))
 
 
 def range_compute(inputs, attrs):
-    start, limit, delta = (np.asarray(x).reshape(()) for x in inputs[:3])
+    start, limit, delta = range_bounds(inputs)
     n = _range_count(start, limit, delta)
     return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]
 
@@ -630,13 +641,20 @@ def _cumsum_shape(shape, attrs):
             raise _err("CumSum", f"{name}={attrs.get(name)} must be 0 or 1")
     axis = attrs.get("axis")
     if axis is not None:
+        common.check_one_value("CumSum", "axis", np.shape(axis))
         axis = int(_scalar(axis, 0))
         if not -len(shape) <= axis < len(shape):
             raise _err("CumSum", f"axis {axis} out of range for rank {len(shape)}")
     return shape
 
 
-_reg("CumSum", OpKind.OPAQUE, cumsum_compute, _like(_cumsum_shape), config_inputs=((1, "axis"),))
+def _cumsum_infer(inputs, attrs):
+    if len(inputs) > 1 and inputs[1] is not None:        # an axis left for run time
+        common.check_one_value("CumSum", "axis", inputs[1].shape)
+    return _tt(inputs[0].dtype, _cumsum_shape(tuple(inputs[0].shape), attrs))
+
+
+_reg("CumSum", OpKind.OPAQUE, cumsum_compute, _cumsum_infer, config_inputs=((1, "axis"),))
 
 
 # -- OneHot, TopK -----------------------------------------------------------------------------

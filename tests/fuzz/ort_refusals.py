@@ -1,8 +1,10 @@
 """A table of small models with one doubtful node each -- an attribute, a constant input or a
 shape onnxruntime may refuse -- for a differential check: whatever onnxruntime refuses, atc
 must refuse at compile time with a coded error (finding 6 of issue 8), never compile it for
-atc-sim to find, never E19999.  Models onnxruntime accepts are compiled or refused as
-unsupported (E16002/E16004), never crash.
+atc-sim to find, never E19999.  Models onnxruntime accepts are compiled -- and then atc-sim
+must compute onnxruntime's numbers -- or refused as unsupported (E16002), or as breaking the
+spec where onnxruntime is lax (E16004, an unknown enum value); never crash.  Cases named *_ok
+are valid models atc must compile.
 
 Each entry: name -> ONNX model (built at import; no model file is committed).  Found by
 probing attribute by attribute against onnxruntime; tests/test_hardening_ops.py runs them.
@@ -32,6 +34,8 @@ def f32(name, values):
 
 
 CASES: dict = {}
+# outputs whose order ONNX leaves open (TopK with sorted=0): compared sorted
+UNORDERED = {"topk_unsorted"}
 
 
 def case(name, nodes, inputs, inits=(), out_t=F, opset=17):
@@ -300,3 +304,24 @@ qlinear("qlconv_w_per_input_channel", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3),
 qlinear("qlconv_w_zero_points_differ_ok", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3), wq=((4,), (4,)), wz_values=[0, 1, 0, 0])
 qlinear("qlconv_x_per_channel", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3), x=(3,))
 qlinear("qlconv_y_per_channel", "QLinearConv", [1, 3, 5, 5], (4, 3, 3, 3), y=(4,))
+
+
+# Inputs that hold one number, or one shape, in ranks onnxruntime refuses; a scalar through
+# Transpose/Slice (np.ascontiguousarray made it 1-D); keepdims / noop_with_empty_axes other
+# than 0/1, which onnxruntime reads as "on only when 1".
+case("cumsum_axis_rank2", N("CumSum", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("a", [[1]])])
+case("cumsum_axis_two_values", N("CumSum", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("a", [1, 1])])
+case("cumsum_axis_one_value_ok", N("CumSum", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6])], [i64("a", [1])])
+case("cumsum_axis_runtime_vector", N("CumSum", ["x", "a"], ["y"], name="n"), [("x", F, [2, 6]), ("a", I, [2])])
+case("range_start_vector", N("Range", ["s", "l", "d"], ["y"], name="n"), [("s", F, [2])], [f32("l", 5), f32("d", 1)])
+case("range_start_1x1", N("Range", ["s", "l", "d"], ["y"], name="n"), [("s", F, [1, 1])], [f32("l", 5), f32("d", 1)])
+case("range_start_one_value_ok", N("Range", ["s", "l", "d"], ["y"], name="n"), [("s", F, [1])], [f32("l", 5), f32("d", 1)])
+case("range_const_delta_vector", N("Range", ["s", "l", "d"], ["y"], name="n"), [], [f32("s", 0), f32("l", 5), f32("d", [1, 1])])
+case("reshape_shape_scalar", N("Reshape", ["x", "s"], ["y"], name="n"), [("x", F, [1])], [i64("s", 1)])
+case("reshape_shape_scalar_runtime", N("Reshape", ["x", "s"], ["y"], name="n"), [("x", F, [1]), ("s", I, [])])
+case("transpose_scalar_ok", N("Transpose", ["x"], ["y"], name="n"), [("x", F, [])])
+case("transpose_folded_scalar_ok", [N("Transpose", ["c"], ["t"], name="n"), N("Add", ["t", "x"], ["y"], name="add")],
+     [("x", F, [])], [f32("c", 2.0)])
+case("slice_scalar", N("Slice", ["x", "s", "e"], ["y"], name="n"), [("x", F, [])], [i64("s", np.zeros(0)), i64("e", np.zeros(0))])
+case("reduce_keepdims_7_ok", N("ReduceMax", ["x"], ["y"], name="n", keepdims=7), [("x", F, [2, 6])])
+case("reduce_noop_2_ok", N("ReduceSum", ["x", "a"], ["y"], name="n", noop_with_empty_axes=2), [("x", F, [2, 6])], [i64("a", np.zeros(0))])
