@@ -263,18 +263,19 @@ register(OpDef("DynamicQuantizeLinear", OpKind.OPAQUE, dynamic_quantize_compute,
 
 
 def _matmul_zero_point(zp):
-    """A zero point of MatMulInteger/QLinearMatMul as the shape rules let it through: per
-    tensor (A's, or B's), or per column of B ([N] or [..., 1, N], which broadcast as they are)."""
+    """A zero point of MatMulInteger/QLinearMatMul as the shape rules let it through, shaped
+    to broadcast: per tensor; per row of A ([M] becomes [M, 1]; [..., M, 1] is ready); per
+    column of B ([N] or [..., 1, N], ready)."""
     if zp is None:
         return None
     zp = np.asarray(zp)
-    return zp.reshape(()) if zp.size == 1 else zp
+    return zp.reshape(()) if zp.size == 1 else zp.reshape(zp.shape + (1,)) if zp.ndim == 1 else zp
 
 
 def integer_matmul(a, b, a_zp=None, b_zp=None) -> np.ndarray:
     """(a - a_zp) @ (b - b_zp) exactly, as int32."""
     a64 = _centered(a, _matmul_zero_point(a_zp))
-    b64 = _centered(b, _matmul_zero_point(b_zp))
+    b64 = _centered(b, None if b_zp is None else np.asarray(b_zp).reshape(()) if np.size(b_zp) == 1 else b_zp)
     return exact_int32(np.matmul(a64, b64))
 
 
@@ -316,6 +317,19 @@ def check_per_tensor(op_type: str, name: str, param) -> None:
                           "(per-tensor quantization)", "Give the node a per-tensor scale and zero point.")
 
 
+def check_per_row(op_type: str, name: str, param, a_shape) -> None:
+    """MatMulInteger's a_zero_point as ONNX defines it: per tensor, or one per row of A --
+    [M] for a 2-D A, A's shape with the K axis 1 ([..., M, 1]) for any A.  (onnxruntime's CPU
+    kernel runs only the first; the spec's per-row form is computed as the spec says.)"""
+    shape, a = _shape_of(param), tuple(int(d) for d in a_shape)
+    if shape is None or _is_per_tensor(shape) or (len(a) == 2 and shape == a[:1]) or \
+            (len(a) >= 2 and shape == a[:-1] + (1,)):
+        return
+    raise InvalidNode(f"{op_type} {name} of shape {list(shape)} does not fit A {list(a)}: it must be a scalar, a 1-D "
+                      f"tensor of one value or one value per row ({list(a[:-1]) + [1] if len(a) >= 2 else [1]})",
+                      "Give the node a per-tensor or per-row zero point.")
+
+
 def check_per_column(op_type: str, name: str, param, b_shape) -> None:
     """A scale or zero point of the B (weight) operand of MatMulInteger/QLinearMatMul, as
     onnxruntime takes it (IsBQuantParamSupported): per tensor, [N] for a 2-D B, or B's own
@@ -346,7 +360,7 @@ def matmul_integer_infer(inputs, attrs):
     _check_8bit("MatMulInteger", inputs[0], inputs[1])
     out = matmul_shape(inputs[0].shape, inputs[1].shape)
     zps = list(inputs[2:4]) + [None] * (4 - len(inputs))
-    check_per_tensor("MatMulInteger", "a_zero_point", zps[0])
+    check_per_row("MatMulInteger", "a_zero_point", zps[0], inputs[0].shape)
     check_per_column("MatMulInteger", "b_zero_point", zps[1], inputs[1].shape)
     return _int32_like(out)
 
@@ -361,7 +375,12 @@ def conv_integer_infer(inputs, attrs):
     out = conv_infer(list(inputs[:2]), attrs)[0]
     zps = list(inputs[2:4]) + [None] * (4 - len(inputs))
     check_per_tensor("ConvInteger", "x_zero_point", zps[0])
-    check_per_tensor("ConvInteger", "w_zero_point", zps[1])     # onnxruntime: no per-channel ConvInteger
+    # per tensor or per output channel, as ONNX defines it (onnxruntime's CPU kernel runs only
+    # the first; ONNX's own conformance case checks the second)
+    if zps[1] is not None and not (_is_per_tensor(_shape_of(zps[1])) or _shape_of(zps[1]) == (out.shape[1],)):
+        raise InvalidNode(f"ConvInteger w_zero_point of shape {list(zps[1].shape)} must be a scalar, a 1-D tensor of "
+                          f"one value or [{out.shape[1]}], one per output channel",
+                          "Give one weight zero point, or one per output channel.")
     return _int32_like(out.shape)
 
 
