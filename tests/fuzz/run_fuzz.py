@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import multiprocessing
 import os
@@ -40,13 +41,12 @@ def _om_batch(args) -> list:
     """(index, verdict, edits, seed name) for mutations [start, stop)."""
     import harness
     import om_mutator
-    import seeds
     start, stop, base_seed, folder = args
     results = []
     for index in range(start, stop):
         rng = random.Random(base_seed * 1_000_003 + index)
         name = OM_SEEDS[index % len(OM_SEEDS)]
-        seed = seeds.om_seed(name, os.path.join(folder, "seeds", str(os.getpid())))
+        seed = _seed_om(name, folder)
         edits = om_mutator.draw(rng, seed)
         t0 = time.monotonic()
         try:
@@ -57,6 +57,15 @@ def _om_batch(args) -> list:
             bad, codes, detail = "harness", [], traceback.format_exc()
         results.append((index, bad, codes, detail, {"seed": name, "edits": edits}, time.monotonic() - t0))
     return _with_peak(results)
+
+
+@functools.lru_cache(maxsize=None)
+def _seed_om(name: str, folder: str) -> bytes:
+    """The seed .om `main` built once for the run (builds are deterministic: every worker
+    would build the same bytes, and rebuilding them in each recycled worker cost as much CPU
+    as the mutations themselves)."""
+    with open(os.path.join(folder, "seeds", name + ".om"), "rb") as f:
+        return f.read()
 
 
 def _peak_mb() -> float:
@@ -149,6 +158,10 @@ def main(argv=None) -> int:
         return 1 if any(s["bad"] for s in summaries) else 0
     os.makedirs(args.out, exist_ok=True)
     started, load_before = time.monotonic(), os.getloadavg()[0]
+    if args.om:
+        import seeds
+        for name in OM_SEEDS:
+            seeds.om_seed(name, os.path.join(args.out, "seeds"))      # writes seeds/<name>.om
     summaries = []
     with multiprocessing.get_context("spawn").Pool(args.jobs, _init, (args.address_space,), maxtasksperchild=4) as pool:
         chunk = 250
