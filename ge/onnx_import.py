@@ -608,6 +608,14 @@ def _check_schema(node: onnx.NodeProto, opset: int, index: int) -> None:
         if not low <= count <= high:
             raise AtcError("E16001", f"Node [{name}] ({node.op_type}) has {count} {what}; opset {opset} allows "
                            f"{low} to {high}.", "Check the model with onnx.checker.")
+    formal = list(schema.inputs)
+    for position, value in enumerate(node.input):
+        # "" leaves out an optional input; a required or variadic one cannot be (a Max with
+        # an empty second input crashed our canonicalization and segfaults onnxruntime)
+        param = formal[min(position, len(formal) - 1)] if formal else None
+        if not value and param is not None and param.option != onnx.defs.OpSchema.FormalParameterOption.Optional:
+            raise AtcError("E16004", f"Node [{name}] ({node.op_type}) leaves input {position} ({param.name}) empty; "
+                           "only an optional input may be left out.", "Connect the input or remove it.")
     for attr in node.attribute:
         spec = schema.attributes.get(attr.name)
         if spec is None:   # onnxruntime refuses an attribute the op does not define

@@ -195,7 +195,7 @@ def _reduce(fn):
         axes = attrs.get("axes")
         if (axes is None or len(axes) == 0) and flag(attrs, "noop_with_empty_axes", 0):
             return [x]
-        axes = tuple(range(x.ndim)) if axes is None or len(axes) == 0 else tuple(int(a) % x.ndim for a in axes)
+        axes = tuple(range(x.ndim)) if axes is None or len(axes) == 0 else tuple({int(a) % x.ndim for a in axes})
         keep = flag(attrs, "keepdims", 1)
         result = x
         for axis in sorted(axes, reverse=True):

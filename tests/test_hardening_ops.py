@@ -222,6 +222,15 @@ def test_f6_attributes_onnxruntime_refuses(tmp_path, capsys, node, inits, shape,
     _refused(tmp_path, capsys, _model(tmp_path, node, shape, inits, opset=18), "[n]", words)
 
 
+@pytest.mark.parametrize("op,inputs", [("Max", ["x", ""]), ("Sum", ["", "x"]), ("Concat", ["x", ""]), ("Slice", ["x", "", "e"])])
+def test_f6_required_or_variadic_input_left_empty(tmp_path, capsys, op, inputs):
+    """Found by the seed-4 fuzz run (E19999 in canonicalization); onnxruntime segfaults on the
+    Max one, so it cannot be the oracle here."""
+    node = helper.make_node(op, inputs, ["y"], name="n", **({"axis": 0} if op == "Concat" else {}))
+    _refused(tmp_path, capsys, _model(tmp_path, node, [3], [_i64("e", [1])] if op == "Slice" else [], opset=13),
+             "[n]", "empty")
+
+
 def _onnxruntime_run(model):
     """(feeds, outputs) of onnxruntime on seeded inputs, or None when it refuses the model (at
     load or at run time)."""

@@ -231,6 +231,9 @@ def dequantize_linear_infer(inputs, attrs):
     if zp is not None and np.dtype(zp.dtype) != np.dtype(x.dtype):
         raise AtcError("E16004", f"DequantizeLinear: zero point {zp.dtype} differs from the input {np.dtype(x.dtype)}.",
                        "Give the zero point the input's type.")
+    if zp is not None and zp.shape != scale.shape and not zp.size == scale.size == 1:     # as QuantizeLinear
+        raise AtcError("E16004", f"DequantizeLinear: zero point shape {list(zp.shape)} differs from scale shape "
+                       f"{list(scale.shape)}.", "Give the zero point the scale's shape.")
     broadcast_param("DequantizeLinear", scale, x.shape, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)))
     return [TensorType(np.dtype(scale.dtype), tuple(x.shape))]
 
@@ -298,9 +301,23 @@ def _int32_like(shape) -> list:
 
 
 def _shape_of(param) -> Optional[tuple]:
-    """The shape of a scale or zero point: a TensorType (a node input) or an array (a config
-    input made an attribute); None when absent."""
-    return None if param is None else tuple(int(d) for d in param.shape)
+    """The shape of a scale or zero point: a TensorType (a node input), an array (a config
+    input made an attribute) or a shape; None when absent."""
+    if param is None:
+        return None
+    return tuple(int(d) for d in (param.shape if hasattr(param, "shape") else param))     # TensorType is a tuple
+
+
+def param_shapes(inputs, attrs: dict, config: tuple) -> dict:
+    """name -> shape of each scale and zero point present: a constant one's (an attribute
+    by now) or a run-time input's."""
+    shapes = {}
+    for index, name in config:
+        if attrs.get(name) is not None:
+            shapes[name] = tuple(np.shape(attrs[name]))
+        elif index < len(inputs) and inputs[index] is not None:
+            shapes[name] = tuple(inputs[index].shape)
+    return shapes
 
 
 def _is_per_tensor(shape: tuple) -> bool:

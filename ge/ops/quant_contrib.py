@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ge.errors import AtcError
+from ge.errors import AtcError, InvalidNode
 from ge.ops.common import broadcast_shape
 from ge.ops.mlas_float import fma_f32
 from ge.ops.nn import gemm_dims
-from ge.ops.quant import (F32, _quant_attrs, dequantize, integer_matmul, param, quant_dtype, quantize,
-                          requantize)
+from ge.ops.quant import (F32, _quant_attrs, check_per_tensor, dequantize, integer_matmul, param, param_shapes,
+                          quant_dtype, quantize, requantize)
 from ge.ops.registry import OpDef, OpKind, TensorType, get_op, register
 
 MS = "com.microsoft"
@@ -52,16 +52,34 @@ def qgemm_compute(inputs, attrs):
     return [requantize(acc, scale / np.asarray(y_s, F32), y_z if y_z is not None else 0, quant_dtype("QGemm", y_z))]
 
 
+_QGEMM_CONFIG = ((1, "a_scale"), (2, "a_zero_point"), (4, "b_scale"), (5, "b_zero_point"), (7, "y_scale"),
+                 (8, "y_zero_point"))
+
+
+def _check_per_tensor(op_type: str, inputs, attrs, config, but: tuple = ()) -> dict:
+    """Every scale and zero point of `config` (bar `but`) per tensor, as onnxruntime's
+    com.microsoft kernels take them; their shapes."""
+    shapes = param_shapes(inputs, attrs, config)
+    for name, shape in shapes.items():
+        if name not in but:
+            check_per_tensor(op_type, name, shape)
+    return shapes
+
+
 def qgemm_infer(inputs, attrs):
     m, _, n = gemm_dims(inputs[0].shape, inputs[3].shape, attrs)
+    shapes = _check_per_tensor("QGemm", inputs, attrs, _QGEMM_CONFIG, but=("b_scale", "b_zero_point"))
+    for name in ("b_scale", "b_zero_point"):       # per tensor or per column
+        if name in shapes and shapes[name] not in ((), (1,), (n,)):
+            raise InvalidNode(f"QGemm {name} of shape {list(shapes[name])} must be a scalar, a 1-D tensor of one "
+                              f"value or [{n}], one per column", "Give a per-tensor or per-column B quantization.")
     if param(attrs, "y_scale") is None:
         return [TensorType(F32, (m, n))]
     return _out_type("QGemm", attrs, (m, n), "y_zero_point")
 
 
 register(OpDef("QGemm", OpKind.OUT_EWISE_FUSABLE, qgemm_compute, qgemm_infer, domain=MS, array_config=True,
-               config_inputs=((1, "a_scale"), (2, "a_zero_point"), (4, "b_scale"), (5, "b_zero_point"),
-                              (7, "y_scale"), (8, "y_zero_point"))))
+               config_inputs=_QGEMM_CONFIG))
 
 
 # -- binary ops ---------------------------------------------------------------------------------
@@ -126,6 +144,10 @@ def qlinear_mul_compute(inputs, attrs):
 
 def _binary_infer(op_type):
     def infer(inputs, attrs):
+        for name, shape in param_shapes(inputs, attrs, _BINARY_CONFIG).items():
+            if shape != ():     # onnxruntime's schema: rank 0, not even [1]
+                raise InvalidNode(f"{op_type} {name} of shape {list(shape)} must be a scalar (rank 0)",
+                                  "Give the node scalar scales and zero points.")
         _binary_params(attrs)
         return _out_type(op_type, attrs, broadcast_shape(inputs[0].shape, inputs[3].shape))
     return infer
@@ -150,12 +172,17 @@ def qlinear_gap_compute(inputs, attrs):
     y_s, y_z = _quant_attrs(attrs, "y_scale", "y_zero_point")
     axes = _gap_axes(x.shape, attrs)
     n = int(np.prod([x.shape[a] for a in axes]))
-    total = x.astype(np.int32).sum(axis=axes, keepdims=True, dtype=np.int64) - n * int(0 if x_z is None else x_z)
+    total = x.astype(np.int32).sum(axis=axes, keepdims=True, dtype=np.int64) - \
+        n * int(0 if x_z is None else np.asarray(x_z).reshape(()))
     mult = np.asarray(x_s, F32) / (np.asarray(y_s, F32) * np.float32(n))
     return [requantize(total.astype(np.int32), mult, 0 if y_z is None else y_z, quant_dtype("QLinearGlobalAveragePool", y_z))]
 
 
+_GAP_CONFIG = ((1, "x_scale"), (2, "x_zero_point"), (3, "y_scale"), (4, "y_zero_point"))
+
+
 def qlinear_gap_infer(inputs, attrs):
+    _check_per_tensor("QLinearGlobalAveragePool", inputs, attrs, _GAP_CONFIG)
     shape = list(inputs[0].shape)
     for a in _gap_axes(shape, attrs):
         shape[a] = 1
@@ -163,8 +190,7 @@ def qlinear_gap_infer(inputs, attrs):
 
 
 register(OpDef("QLinearGlobalAveragePool", OpKind.REDUCE, qlinear_gap_compute, qlinear_gap_infer, domain=MS,
-               config_inputs=((1, "x_scale"), (2, "x_zero_point"), (3, "y_scale"), (4, "y_zero_point")),
-               array_config=True))
+               config_inputs=_GAP_CONFIG, array_config=True))
 
 
 # -- lookup-table ops: dequantize -> float op -> quantize ---------------------------------------
@@ -180,6 +206,7 @@ def _lut_op(op_type: str, float_op: str, float_attrs):
         return [quantize(v, y_s, 0 if y_z is None else y_z, quant_dtype(op_type, y_z))]
 
     def infer(inputs, attrs):
+        _check_per_tensor(op_type, inputs, attrs, _UNARY_CONFIG)
         return _out_type(op_type, attrs, inputs[0].shape, "Y_zero_point")
 
     kind = OpKind.OPAQUE if float_op == "Softmax" else OpKind.ELEMWISE

@@ -37,7 +37,7 @@ def reduced_axes(op_type: str, attrs: dict, rank: int) -> Optional[tuple]:
         normalized = normalize_axes(axes, rank)
     except (ValueError, TypeError) as err:      # out of range, or not a list of ints (a 2-D axes tensor)
         raise invalid_attr(op_type, "axes", list(axes), str(err), f"Use axes in [-{rank}, {rank - 1}].") from err
-    return tuple(normalized)
+    return tuple(sorted(set(normalized)))    # an axis named twice is reduced once, as in onnxruntime
 
 
 def _reduced_shape(shape: tuple, axes: Optional[tuple], keepdims: bool) -> tuple:
