@@ -71,5 +71,33 @@ def test_onnx_corpus_stays_fixed(path, tmp_path):
     with open(path) as f:
         spec = json.load(f)
     # a fresh process: some past crashers crashed ONNX's C++ shape inference
-    verdict = harness.onnx_case(onnx_gen.spec_to_model(spec), str(tmp_path / "case"), isolate=True)
+    verdict = harness.onnx_case(onnx_gen.spec_to_model(spec), str(tmp_path / "case"), isolate=True, fresh_process=True)
     assert not verdict.bad, verdict.detail
+
+
+def _segfault(argv):
+    import ctypes
+    ctypes.string_at(0)
+
+
+def _hang(argv):
+    import time
+    time.sleep(60)
+
+
+def _raise(argv):
+    raise ValueError("escaped")
+
+
+def _coded(argv):
+    print("E16004: refused")
+    return 1
+
+
+@pytest.mark.parametrize("main,verdict,rc", [(_segfault, "crash", -11), (_hang, "hang", -9), (_raise, "traceback", 70),
+                                             (_coded, "coded", 1)])
+def test_forked_runs_contain_what_a_fresh_process_would(tmp_path, main, verdict, rc):
+    """The long ONNX run isolates atc in a forked child (no interpreter start-up per case): a
+    segfault, a hang or an escaping exception there must be counted, not kill the fuzzer."""
+    outcome = harness.forked(main, [], str(tmp_path), seconds=2)
+    assert (outcome.verdict, outcome.rc) == (verdict, rc), outcome.text

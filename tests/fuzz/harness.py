@@ -23,7 +23,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from ge.files import Terminated
-from sandbox import Outcome, leftovers
+from sandbox import Outcome, leftovers, run_tool
 
 CASE_SECONDS = 30
 ROOM = 2 << 30      # address space a case may add to the process: the Done-when's 2 GB
@@ -179,10 +179,12 @@ def om_case(data: bytes, workdir: str, simulate: bool = True) -> Verdict:
     return _finish(verdict, workdir)
 
 
-def onnx_case(model: bytes, workdir: str, simulate: bool = True, isolate: bool = False) -> Verdict:
+def onnx_case(model: bytes, workdir: str, simulate: bool = True, isolate: bool = False,
+              fresh_process: bool = False) -> Verdict:
     """An ONNX model through atc (compile) and, when it compiled, atc-sim.  `isolate` runs atc
-    in a forked child (`forked`) with 2 GB of address-space room: ONNX's C++ shape inference
-    runs inside atc, and a crash there must be counted, not take the fuzzer down."""
+    in a forked child (`forked`) with 2 GB of address-space room -- or, with `fresh_process`,
+    in a new interpreter under the sandbox's 2 GB limit, as a user would: ONNX's C++ shape
+    inference runs inside atc, and a crash there must be counted, not take the fuzzer down."""
     import cli
     from simulator import cli as sim_cli
 
@@ -193,8 +195,11 @@ def onnx_case(model: bytes, workdir: str, simulate: bool = True, isolate: bool =
     args = [f"--model={path}", "--framework=5", f"--output={workdir}/m", "--soc_version=Ascend910",
             "--precision_mode=force_fp32"]
     if isolate:
-        _warm_up()
-        outcome = forked(cli.main, args, workdir)
+        if fresh_process:
+            outcome = run_tool("atc", args, workdir, timeout=CASE_SECONDS)
+        else:
+            _warm_up()
+            outcome = forked(cli.main, args, workdir)
         rc, text = outcome.rc, outcome.text
         bad = outcome.verdict if outcome.bad else ""
     else:
