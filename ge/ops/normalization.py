@@ -26,6 +26,8 @@ def _f32(x: np.ndarray) -> np.ndarray:
 def _softmax(inputs, attrs):
     x = inputs[0]
     axis = axis_attr("Softmax", attrs, x.ndim, -1)
+    if x.size == 0:         # nothing to normalize (np.max has no identity)
+        return [x.copy()]
     if own_dtype_inside(attrs):
         # high_performance / keep_fp16: exp in the data's dtype, the sum accumulated in float32
         # (the vector unit's reduce), then -- high_performance -- one reciprocal estimate per row
@@ -43,6 +45,8 @@ def _softmax(inputs, attrs):
 def _log_softmax(inputs, attrs):
     x = inputs[0]
     axis = axis_attr("LogSoftmax", attrs, x.ndim, -1)
+    if x.size == 0:
+        return [x.copy()]
     a = _f32(x)
     shifted = a - np.max(a, axis=axis, keepdims=True)
     y = shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))

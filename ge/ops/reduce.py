@@ -67,6 +67,8 @@ def _sum(x, axes, kd):
 
 
 def _mean(x, axes, kd):
+    if x.size == 0:     # the mean of no element: 0, as onnxruntime (numpy says nan)
+        return np.sum(_acc(x), axis=axes, keepdims=kd)
     return np.mean(_acc(x), axis=axes, keepdims=kd)
 
 
@@ -170,6 +172,9 @@ def _make_arg(op_type: str, np_arg) -> OpDef:
     def infer(inputs, attrs):
         shape = tuple(inputs[0].shape)
         axis = axis_of(attrs, len(shape))
+        if isinstance(shape[axis], int) and shape[axis] == 0:     # onnxruntime refuses it too
+            raise invalid_attr(op_type, "axis", int(attrs.get("axis", 0)), f"axis {axis} of the input "
+                               f"{list(shape)} is empty: there is no element to pick", "Check the input's shape.")
         return [TensorType(np.dtype(np.int64),
                            _reduced_shape(shape, (axis,), flag(attrs, "keepdims", 1)))]
 

@@ -372,3 +372,14 @@ ms_case("qlinear_add_zero_point_of_one_value", N("QLinearAdd", ["x", "s", "z", "
 ms_case("qlinear_gap_zero_point_of_one_value_ok", N("QLinearGlobalAveragePool", ["x", "s", "z", "s", "z2"], ["y"], name="n",
                                                     domain="com.microsoft", channels_last=0),
         [("x", TP.UINT8, [1, 3, 4, 4])], [f32("s", 0.1), u8("z", (1,)), u8("z2", ())], TP.UINT8)
+
+
+# Empty tensors (the seed-3 ONNX run's one E10003: atc compiled an ArgMax of an empty axis that
+# atc-sim could not run): ArgMax/ArgMin of an empty axis is refused as onnxruntime refuses it;
+# ReduceMean of nothing is 0 in onnxruntime (numpy: nan); Softmax of an empty tensor is empty.
+case("argmax_empty_axis", N("ArgMax", ["x"], ["y"], name="n", axis=-1, keepdims=0), [("x", F, [2, 0])], out_t=I)
+case("argmin_empty_axis", N("ArgMin", ["x"], ["y"], name="n"), [("x", F, [0])], out_t=I)
+case("argmax_empty_other_axis_ok", N("ArgMax", ["x"], ["y"], name="n", axis=-1), [("x", F, [0, 3])], out_t=I)
+case("reduce_mean_of_nothing_ok", N("ReduceMean", ["x"], ["y"], name="n", keepdims=0), [("x", F, [2, 0])], opset=13)
+case("softmax_empty_ok", N("Softmax", ["x"], ["y"], name="n"), [("x", F, [2, 0])])
+case("logsoftmax_empty_ok", N("LogSoftmax", ["x"], ["y"], name="n"), [("x", F, [0])])
