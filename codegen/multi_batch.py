@@ -100,7 +100,7 @@ def _largest(shapes: list) -> int:
 
 def _ge_serial(dtype) -> str:
     """GE's DataType name (TypeUtils::DataTypeToSerialString), e.g. DT_FLOAT."""
-    return DataType.Name(om_attrs.to_ge_dtype(dtype))
+    return DataType.Name(om_attrs.storage_type(dtype)[0])
 
 
 def build_gear_partitions(gears: list, layout: GearLayout, model_name: str, soc_version: str,

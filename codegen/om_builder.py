@@ -166,7 +166,7 @@ def lower_graph(graph: Graph, g, weights: WeightsBuilder, tasks: ModelTaskDef,
             task = tasks.task.add(id=len(tasks.task), type=0, stream_id=0, op_name=name,
                                   op_type=kernel.om_type, kernel_type=_kernel_type(kernel.op.kind),
                                   fusion_pass=node.provenance.get("pass", ""),
-                                  compute_dtype=om_attrs.to_ge_dtype(dtype))
+                                  compute_dtype=om_attrs.storage_type(dtype)[0])
             task.inputs.extend(in_refs)
             task.outputs.extend(f"{name}:{i}" for i in range(len(node.outputs)))
             task.origin_op_names.extend(node.origin)

@@ -84,7 +84,7 @@ class LoadedOm:
 
 def _desc(td, symbols: Optional[dict] = None) -> TensorDesc:
     try:
-        dtype = om_attrs.from_ge_dtype(td.dtype)
+        dtype = om_attrs.desc_dtype(td)
     except OmFormatError as exc:
         raise _bad(f"Tensor [{td.name}] has an unknown data type {td.dtype}.") from exc
     dims = tuple(int(d) for d in td.shape.dim)

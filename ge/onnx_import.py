@@ -26,7 +26,7 @@ from ge.symbolic import Dim, is_symbol_name
 from ge.ops.registry import all_ops, get_op
 from ge.limits import HOST_COPIES, MAX_TENSOR_BYTES, current_budget, too_large
 from ge.onnx_weights import MappedWeights
-from om_format.attrs import to_ge_dtype
+from om_format.attrs import om_holds
 from ge.files import check_input, map_input, open_input
 
 MIN_OPSET, MAX_OPSET = 13, 21
@@ -269,7 +269,20 @@ def tensor_array(tensor: onnx.TensorProto, weights: Optional[MappedWeights] = No
     if tuple(array.shape) != tuple(dims):
         raise AtcError("E16001", f"Tensor [{tensor.name}] holds shape {list(array.shape)}, its dims say {dims}.",
                        "Check the model with onnx.checker or re-export it.")
+    if array.dtype.hasobject:       # a string tensor: onnx gives its elements as bytes
+        return _strings(array, tensor.name)
     return array
+
+
+def _strings(array: np.ndarray, name: str) -> np.ndarray:
+    """An object array of str (our IR's string tensor) from onnx's bytes elements."""
+    out = np.empty(array.shape, dtype=object)
+    try:
+        out.reshape(-1)[:] = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)]
+    except UnicodeDecodeError:
+        raise AtcError("E16001", f"String tensor [{name}] holds bytes that are not UTF-8.",
+                       "Store UTF-8 text in string tensors (ONNX requires it).") from None
+    return out
 
 
 def attribute_value(attr: onnx.AttributeProto):
@@ -298,8 +311,12 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray:
             return np.asarray(value, dtype=np.float32)
         if attr.name in ("value_int", "value_ints"):
             return np.asarray(value, dtype=np.int64)
+        if attr.name in ("value_string", "value_strings"):
+            strings = np.empty(() if isinstance(value, str) else (len(value),), dtype=object)
+            strings.reshape(-1)[:] = [value] if isinstance(value, str) else list(value)
+            return strings
     raise AtcError("E16002", f"Constant node [{node.name}] has no supported value attribute "
-                   "(sparse and string constants are not supported).", "Re-export the model.")
+                   "(sparse constants are not supported).", "Re-export the model.")
 
 
 def _value_desc(value_info: onnx.ValueInfoProto) -> TensorDesc:
@@ -308,11 +325,10 @@ def _value_desc(value_info: onnx.ValueInfoProto) -> TensorDesc:
         raise AtcError("E16001", f"Value [{value_info.name}] is not a tensor; sequences and maps are "
                        "not supported.", "Export the model with tensor inputs and outputs only.")
     dtype = onnx_dtype(ttype.elem_type)
-    try:
-        to_ge_dtype(dtype)
-    except ValueError:
+    if not om_holds(dtype):
         raise AtcError("E16001", f"Value [{value_info.name}] has element type {dtype}, which an .om cannot "
-                       "hold (no ge DataType).", "Use float, integer or bool inputs and outputs.") from None
+                       "hold (no ge DataType, and no storage type for it).",
+                       "Use float, integer, bool or string inputs and outputs.")
     shape = None
     if ttype.HasField("shape"):
         shape = tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")

@@ -12,7 +12,8 @@ float / np.floating        ``f`` -- float32 on the wire (as in GE): only
                            float32-representable values round-trip exactly
 str                        ``s`` (UTF-8 bytes)
 bytes                      ``bt`` -- not ``s``, so str and bytes stay apart
-np.dtype / numpy scalar    ``dt`` (ge DataType number)
+np.dtype / numpy scalar    ``dt`` (ge DataType number; a type held in a
+                           storage type, see below, cannot be an ``dt``)
   type (np.float32)
 np.ndarray                 ``t``: TensorDef, desc dtype/shape/layout "ND",
                            raw little-endian data inline
@@ -30,6 +31,18 @@ dict (str keys)            ``func``: NamedAttrs whose ``attr`` map holds the
 
 A list mixing ints and floats is stored as floats.  ``s`` read from a foreign file that is
 not valid UTF-8 comes back as bytes.
+
+Tensor element types (``tensor_desc`` / ``tensor_def`` / ``tensor_from_def``):
+
+- a type with a ge DataType is written as that type;
+- strings (numpy ``object`` arrays of ``str``, as onnx gives them) are ``DT_STRING`` in GE's
+  own layout: one 16-byte head ``{int64 offset, int64 length}`` per element (the offset counts
+  from the tensor's first byte), then each string's UTF-8 bytes and a NUL;
+- ONNX types GE has no DataType for (``float8e4m3fnuz``, ``float8e5m2fnuz``, ``uint4``: one
+  value a byte, as our int4) are written as their storage type ``DT_UINT8`` (the bit
+  patterns; a uint4 byte holds one value 0..15) with the ONNX type's name in the descriptor's
+  attribute ``_onnx_data_type`` (LOGICAL_TYPE_ATTR): Netron and GE readers see a valid uint8
+  tensor, our reader gives back the ONNX type.
 """
 from __future__ import annotations
 
@@ -68,7 +81,19 @@ if _ml_dtypes is not None:   # the low-precision types GE has (no FNUZ float8, n
     _NP_TO_GE[np.dtype(_ml_dtypes.float8_e4m3fn)] = DataType.DT_FLOAT8_E4M3FN
     _NP_TO_GE[np.dtype(_ml_dtypes.float8_e5m2)] = DataType.DT_FLOAT8_E5M2
     _NP_TO_GE[np.dtype(_ml_dtypes.int4)] = DataType.DT_INT4
+STRING = np.dtype(object)       # what onnx (and so our IR) gives a string tensor
+_NP_TO_GE[STRING] = DataType.DT_STRING
 _GE_TO_NP = {ge: dt for dt, ge in _NP_TO_GE.items()}
+
+LOGICAL_TYPE_ATTR = "_onnx_data_type"
+_STRING_HEAD = 16               # GE's StringHead: int64 addr (offset here), int64 len
+# numpy dtype -> (storage ge DataType, ONNX TensorProto type name) of the types GE lacks
+_LOGICAL: dict = {}
+if _ml_dtypes is not None:
+    _LOGICAL = {np.dtype(_ml_dtypes.float8_e4m3fnuz): (DataType.DT_UINT8, "FLOAT8E4M3FNUZ"),
+                np.dtype(_ml_dtypes.float8_e5m2fnuz): (DataType.DT_UINT8, "FLOAT8E5M2FNUZ"),
+                np.dtype(_ml_dtypes.uint4): (DataType.DT_UINT8, "UINT4")}
+_LOGICAL_BY_NAME = {name: (dt, storage) for dt, (storage, name) in _LOGICAL.items()}
 
 
 def to_ge_dtype(dtype) -> int:
@@ -81,6 +106,39 @@ def to_ge_dtype(dtype) -> int:
         raise ValueError(f"numpy dtype {dt} has no ge DataType") from None
 
 
+def om_holds(dtype) -> bool:
+    """Whether an .om can hold tensors of `dtype`: its own ge DataType, or a storage type
+    with the ONNX type recorded (see the module docstring)."""
+    dt = np.dtype(dtype)
+    key = dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
+    return key in _NP_TO_GE or key in _LOGICAL
+
+
+def storage_type(dtype) -> tuple:
+    """(ge DataType number written for `dtype`, ONNX type name to record or None)."""
+    dt = np.dtype(dtype)
+    if dt in _LOGICAL:
+        return _LOGICAL[dt]
+    return to_ge_dtype(dt), None
+
+
+def desc_dtype(desc: TensorDescriptor) -> np.dtype:
+    """numpy dtype of a TensorDescriptor read from a file: its DataType, or the ONNX type its
+    ``_onnx_data_type`` attribute records over a matching storage type (OmFormatError else)."""
+    dtype = from_ge_dtype(desc.dtype)
+    if LOGICAL_TYPE_ATTR not in desc.attr:
+        return dtype
+    name = desc.attr[LOGICAL_TYPE_ATTR].s.decode("utf-8", "replace")
+    if name not in _LOGICAL_BY_NAME:
+        raise OmFormatError(f"Tensor '{desc.name}' records ONNX type {name[:40]!r}, which is not one of "
+                            f"{sorted(_LOGICAL_BY_NAME)}.")
+    logical, storage = _LOGICAL_BY_NAME[name]
+    if int(desc.dtype) != storage:
+        raise OmFormatError(f"Tensor '{desc.name}' records ONNX type {name} over {DataType.Name(int(desc.dtype))}; "
+                            f"it is held as {DataType.Name(storage)}.")
+    return logical
+
+
 def from_ge_dtype(value: int) -> np.dtype:
     """numpy dtype of a ge DataType number read from a file; OmFormatError if unsupported."""
     try:
@@ -91,7 +149,7 @@ def from_ge_dtype(value: int) -> np.dtype:
         except KeyError:
             name = "unknown"
         raise OmFormatError(f"ge DataType {value} ({name}) has no numpy equivalent.",
-                            "Only float, integer, bool and (with ml_dtypes installed) bfloat16, "
+                            "Only float, integer, bool, string and (with ml_dtypes installed) bfloat16, "
                             "float8 (e4m3fn, e5m2) and int4 tensors are supported.") from None
 
 
@@ -99,15 +157,61 @@ def tensor_desc(name: str, dtype, shape, layout: str = "ND") -> TensorDescriptor
     """A TensorDescriptor; `dtype` is a numpy dtype or a ge DataType number.
 
     ``size`` is the byte size for a static shape (GE's runtime adds alignment on top),
-    0 when a dim is unknown (negative)."""
-    ge_dtype = int(dtype) if isinstance(dtype, (int, np.integer)) else to_ge_dtype(dtype)
+    0 when a dim is unknown (negative) or the elements have no fixed size (strings).  A type
+    GE lacks gets its storage type and ``_onnx_data_type`` (module docstring)."""
+    logical = None
+    if isinstance(dtype, (int, np.integer)):
+        ge_dtype = int(dtype)
+    else:
+        ge_dtype, logical = storage_type(dtype)
     dims = [int(d) for d in shape]
     desc = TensorDescriptor(name=name, dtype=ge_dtype, layout=layout, real_dim_cnt=len(dims))
     desc.shape.dim.extend(dims)
     desc.shape.SetInParent()  # a scalar still has a (empty) shape: Netron needs it
-    if all(d >= 0 for d in dims) and ge_dtype in _GE_TO_NP:
+    if logical is not None:
+        desc.attr[LOGICAL_TYPE_ATTR].s = logical.encode("ascii")
+    if all(d >= 0 for d in dims) and ge_dtype in _GE_TO_NP and ge_dtype != DataType.DT_STRING:
         desc.size = int(np.prod(dims, dtype=np.int64)) * _GE_TO_NP[ge_dtype].itemsize
     return desc
+
+
+def string_bytes(array: np.ndarray) -> bytes:
+    """GE's DT_STRING layout of an array of str (or bytes): the heads, then the NUL-ended data."""
+    items = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in np.asarray(array).reshape(-1)]
+    heads = np.empty((len(items), 2), dtype="<i8")
+    offset = _STRING_HEAD * len(items)
+    for k, item in enumerate(items):
+        heads[k] = (offset, len(item))
+        offset += len(item) + 1
+    return heads.tobytes() + b"".join(item + b"\0" for item in items)
+
+
+def strings_from_bytes(data, shape: tuple, name: str) -> np.ndarray:
+    """The object array of str GE's DT_STRING bytes hold; every head is checked against the
+    buffer (OmFormatError), nothing is trusted."""
+    count = math.prod(shape)
+    if any(d < 0 for d in shape) or len(data) < count * _STRING_HEAD:
+        raise OmFormatError(f"String tensor '{name}' of shape {list(shape)} has {len(data)} data bytes, less than "
+                            f"its {max(count, 0)} heads of {_STRING_HEAD} bytes.")
+    heads = np.frombuffer(data, dtype="<i8", count=2 * count).reshape(count, 2)
+    raw = bytes(data)
+    out = np.empty(count, dtype=object)
+    for k, (start, length) in enumerate(heads.tolist()):
+        if start < count * _STRING_HEAD or length < 0 or start + length > len(raw):
+            raise OmFormatError(f"String {k} of tensor '{name}' lies at [{start}, {start + length}), outside its "
+                                f"{len(raw)}-byte data.")
+        try:
+            out[k] = raw[start:start + length].decode("utf-8")
+        except UnicodeDecodeError:
+            raise OmFormatError(f"String {k} of tensor '{name}' is not UTF-8.") from None
+    return out.reshape(shape)
+
+
+def tensor_bytes(array: np.ndarray):
+    """What a tensor's data holds: C-order little-endian bytes, or GE's string layout."""
+    if np.asarray(array).dtype == STRING:
+        return string_bytes(array)
+    return _le_bytes(array)
 
 
 def _le_bytes(array: np.ndarray) -> bytes:
@@ -119,7 +223,7 @@ def _le_bytes(array: np.ndarray) -> bytes:
 
 def tensor_def(array: np.ndarray, name: str = "", layout: str = "ND") -> TensorDef:
     """A TensorDef holding `array` inline (raw little-endian bytes in ``data``)."""
-    t = TensorDef(data=_le_bytes(array))
+    t = TensorDef(data=tensor_bytes(array))
     t.desc.CopyFrom(tensor_desc(name, array.dtype, array.shape, layout))
     return t
 
@@ -130,7 +234,7 @@ def tensor_from_def(t: TensorDef, weights: Optional[bytes] = None) -> np.ndarray
 
     Raises OmFormatError when the bytes do not match the shape or lie outside `weights`."""
     desc = t.desc
-    dtype = from_ge_dtype(desc.dtype).newbyteorder("<")
+    dtype = desc_dtype(desc).newbyteorder("<")
     shape = tuple(int(d) for d in desc.shape.dim)
     data = t.data
     if not data and desc.weight_size > 0:
@@ -142,6 +246,8 @@ def tensor_from_def(t: TensorDef, weights: Optional[bytes] = None) -> np.ndarray
             raise OmFormatError(f"Tensor '{desc.name}' data [{start}, {start + size}) lies "
                                 f"outside the {len(weights)}-byte weights partition.")
         data = weights[start:start + size]
+    if dtype == STRING:
+        return strings_from_bytes(data, shape, desc.name)
     count = math.prod(shape)   # exact: an int64 product can wrap around to match len(data)
     if any(d < 0 for d in shape) or len(data) != count * dtype.itemsize:
         raise OmFormatError(f"Tensor '{desc.name}' has {len(data)} data bytes, shape "

@@ -18,6 +18,8 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from om_format.attrs import string_bytes
+
 ALIGN = 64
 CHUNK_BYTES = 16 << 20       # what the writer gets per chunk: large enough to hash and write fast
 _PROBE = 4096                # bytes read at the start, middle and end of an array to fingerprint it
@@ -113,12 +115,15 @@ class WeightsBuilder:
         return offset, _length(view)
 
     def add(self, array) -> tuple:
-        """Store an array as C-order little-endian bytes; returns (offset, size).  A deferred
-        array is kept as it is, to be computed while the partition is written."""
+        """Store an array as C-order little-endian bytes (strings: GE's DT_STRING layout,
+        om_format.attrs); returns (offset, size).  A deferred array is kept as it is, to be
+        computed while the partition is written."""
         if _is_deferred(array):
             if array.dtype.byteorder != ">":
                 return self.add_bytes(array)
             array = np.asarray(array)
+        if array.dtype.hasobject:
+            return self.add_bytes(string_bytes(array))
         arr = np.ascontiguousarray(array)
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))

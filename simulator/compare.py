@@ -284,6 +284,14 @@ def compare_one(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, prec
                              tolerance=tol, scale=1.0, max_abs_error=max_abs,
                              max_rel_error=max_abs / peak if peak > 0 else 0.0, passed=ok,
                              note="" if ok else "the integer output differs by more than one step")
+    if ref.dtype.kind in "OUS" or got.dtype.kind in "OUS":     # strings: equal or not
+        same = tuple(got.shape) == tuple(ref.shape)
+        differ = int(np.count_nonzero(got.astype(str) != ref.astype(str))) if same else got.size
+        return OutputCompare(name=name, reference_name=ref_name, dtype="string", precision="exact", tolerance=0.0,
+                             scale=1.0, max_abs_error=0.0 if same and not differ else float("inf"),
+                             max_rel_error=0.0, passed=same and not differ,
+                             mismatch_fraction=differ / max(got.size, 1),
+                             note="" if same else f"shape {list(got.shape)} != reference {list(ref.shape)}")
     if precision.startswith("int8"):
         return _compare_int8(name, ref_name, got, ref, precision, step, spread)
     exact = ref.dtype == np.bool_ or np.issubdtype(ref.dtype, np.integer)

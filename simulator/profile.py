@@ -56,7 +56,7 @@ def _tensor_cols(values, dtype) -> tuple:
         own = np.dtype(v.desc.dtype)
         shown = dtype if own in FLOATS else own
         shapes.append(",".join(str(d) for d in v.desc.shape))
-        dtypes.append(om_attrs.DataType.Name(om_attrs.to_ge_dtype(shown)))
+        dtypes.append(om_attrs.DataType.Name(om_attrs.storage_type(shown)[0]))
         formats.append(v.desc.format or "ND")
     return ";".join(shapes), ";".join(dtypes), ";".join(formats)
 

@@ -27,7 +27,7 @@ from ge.limits import KERNEL_TEMPORARIES, Budget, current_budget, max_tensor_byt
 from ge.files import Outputs, open_input
 from ge.symbolic import Dim
 from simulator.cost_model import Chip, KernelCost, load_chip, super_kernel_durations
-from simulator import blas, host_memory
+from simulator import blas, host_memory, tensor_files
 from simulator.executor import DynamicRun, Plan, execute, live_bytes, prepare, run_graph
 from simulator.pricing import node_costs
 
@@ -231,7 +231,12 @@ def random_inputs(graph: Graph, seed: int = 0, shapes: Optional[dict] = None) ->
     sizes = input_shapes(graph, shapes)
     for value in graph.inputs:
         dtype, shape = np.dtype(value.desc.dtype), sizes[value.name]
-        if "mask" in value.name.lower():
+        if dtype.hasobject:              # strings: decimal numerals, so Equal & co. see repeats
+            feeds[value.name] = rng.integers(0, RANDOM_INT_HIGH, size=shape).astype(str).astype(object)
+        elif dtype in tensor_files.NIBBLE_RANGES:
+            lo, hi = tensor_files.NIBBLE_RANGES[dtype]
+            feeds[value.name] = rng.integers(lo, hi + 1, size=shape, dtype=np.int8).astype(dtype)
+        elif "mask" in value.name.lower():
             feeds[value.name] = np.ones(shape, dtype)
         elif dtype == np.bool_:
             feeds[value.name] = rng.integers(0, 2, size=shape, dtype=np.uint8).view(np.bool_)
@@ -277,16 +282,30 @@ def _read_file(path: str, value: Value, shapes: Optional[dict] = None) -> np.nda
                                f'Give its shape with --dymShape "{value.name}:d1,d2,...", or use .npy files.')
         # ais_bench's raw format: the model input's dtype and shape, no header.
         elements = math.prod(expected)
+        if dtype.hasobject:             # strings: GE's DT_STRING layout (simulator/tensor_files.py)
+            with open_input(path, "--input", max_bytes=current_budget().file_bytes) as f:
+                try:
+                    return tensor_files.strings_from_bin(f.read(), expected, path)
+                except ValueError as exc:
+                    raise _input_error(path, f"it is not a string tensor in GE's DT_STRING layout: {exc}",
+                                       "Write the 16-byte heads {offset, length}, then the NUL-ended strings.")
         expected_bytes = elements * dtype.itemsize
         with open_input(path, "--input", max_bytes=expected_bytes) as f:
             size = os.fstat(f.fileno()).st_size
             if size != expected_bytes:
                 raise _input_error(path, f"it has {size} bytes; input [{value.name}] ({dtype}, "
                                    f"{list(expected)}) needs {expected_bytes}.", "Write the raw tensor bytes.")
-            return np.fromfile(f, dtype=dtype, count=elements).reshape(expected)
+            if not tensor_files.is_opaque(dtype):
+                return np.fromfile(f, dtype=dtype, count=elements).reshape(expected)
+            bits = np.fromfile(f, dtype=tensor_files.bits_dtype(dtype), count=elements).reshape(expected)
+        converted, why = tensor_files.from_file(bits, dtype)      # an int4/uint4 byte out of range
+        if why is not None:
+            raise _input_error(path, f"{why}; input [{value.name}] has dtype {dtype}.", "Write the bit patterns.")
+        return converted
     # Any numeric dtype may come in (a wrong one is refused below with its name): at most
     # 16 bytes an element, plus the header.
-    limit = math.prod(expected) * 16 + _NPY_HEADER_ROOM if expected is not None else current_budget().file_bytes
+    limit = math.prod(expected) * 16 + _NPY_HEADER_ROOM if expected is not None and not dtype.hasobject \
+        else current_budget().file_bytes        # a unicode .npy of strings has no bound per element
     with open_input(path, "--input", max_bytes=limit) as f:
         _check_npy_header(f, path, value, expected)
         f.seek(0)
@@ -303,7 +322,11 @@ def _read_file(path: str, value: Value, shapes: Optional[dict] = None) -> np.nda
         raise _input_error(path, f"dtype {array.dtype} is not a plain numeric type.", "Save a numeric array.")
     if array.dtype.byteorder == ">":   # same values, other byte order: the kernels want native
         array = array.astype(array.dtype.newbyteorder("="))
-    return array
+    converted, why = tensor_files.from_file(array, dtype)
+    if why is not None:
+        raise _input_error(path, f"{why}; input [{value.name}] has dtype {dtype}.",
+                           "Save strings as np.array(values, dtype=str), ml_dtypes types as .view(np.uint8/uint16).")
+    return converted
 
 
 def _check_npy_header(f, path: str, value: Value, expected: Optional[tuple]) -> None:
@@ -447,7 +470,8 @@ def npy_shapes(spec: str, graph: Graph) -> dict:
 def zero_inputs(graph: Graph, shapes: Optional[dict] = None) -> dict:
     """ais_bench's --pure_data_type zero: every input all zeros (a dynamic model's at `shapes`)."""
     sizes = input_shapes(graph, shapes)
-    return {v.name: np.zeros(sizes[v.name], np.dtype(v.desc.dtype)) for v in graph.inputs}
+    return {v.name: np.full(sizes[v.name], "", dtype=object) if np.dtype(v.desc.dtype).hasobject else
+            np.zeros(sizes[v.name], np.dtype(v.desc.dtype)) for v in graph.inputs}
 
 
 def load_inputs(spec: str, graph: Graph, shapes: Optional[dict] = None) -> dict:
@@ -712,12 +736,14 @@ def write_outputs(outputs: dict, directory: str, outfmt: str, out: Outputs, pref
         taken.add(stem)
         path = os.path.join(directory, stem + "." + outfmt.lower())
         with out.open(path, "--output") as f:
-            if outfmt == "NPY":
-                np.save(f, array, allow_pickle=False)
+            if outfmt == "NPY":             # strings and ml_dtypes types: simulator/tensor_files.py
+                np.save(f, tensor_files.npy_form(array), allow_pickle=False)
             elif outfmt == "BIN":
-                np.ascontiguousarray(array).tofile(f)
+                raw = tensor_files.bin_bytes(array)
+                f.write(raw) if raw is not None else np.ascontiguousarray(array).tofile(f)
             else:
-                flat = array.reshape(-1, array.shape[-1]) if array.ndim >= 1 else array.reshape(1, 1)
-                np.savetxt(f, flat, fmt="%d" if array.dtype.kind in "iub" else "%.8g")
+                shown, fmt = tensor_files.text_form(array)
+                flat = shown.reshape(-1, shown.shape[-1]) if shown.ndim >= 1 else shown.reshape(1, 1)
+                np.savetxt(f, flat, fmt=fmt)
         paths[name] = path
     return paths

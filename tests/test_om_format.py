@@ -157,8 +157,8 @@ def test_dtype_errors():
     with pytest.raises(ValueError):
         to_ge_dtype(np.dtype("U3"))
     with pytest.raises(OmFormatError) as e:
-        from_ge_dtype(DataType.DT_STRING)
-    assert "DT_STRING" in e.value.message
+        from_ge_dtype(DataType.DT_RESOURCE)
+    assert "DT_RESOURCE" in e.value.message
 
 
 def test_tensor_from_weights_partition_and_bounds():

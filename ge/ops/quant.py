@@ -29,12 +29,14 @@ from ge.ops.registry import OpDef, OpKind, TensorType, register
 
 F32 = np.dtype(np.float32)
 QUANT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
-# QuantizeLinear/DequantizeLinear also take float8 (opset 19) and int4 (opset 21) -- the ones
-# GE has a DataType for (no FNUZ float8, no uint4)
+# QuantizeLinear/DequantizeLinear also take float8 (opset 19) and int4/uint4 (opset 21); the .om
+# holds FNUZ float8 and uint4 in a storage type (om_format.attrs), so all of ONNX's are here
 import ml_dtypes  # noqa: E402  (onnx's own dependency)
-FLOAT8_QUANT_TYPES = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+FLOAT8_QUANT_TYPES = tuple(np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
+                                                 ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz))
 INT4 = np.dtype(ml_dtypes.int4)
-QDQ_TYPES = QUANT_TYPES + FLOAT8_QUANT_TYPES + (INT4,)
+UINT4 = np.dtype(ml_dtypes.uint4)
+QDQ_TYPES = QUANT_TYPES + FLOAT8_QUANT_TYPES + (INT4, UINT4)
 
 
 # -- parameters --------------------------------------------------------------------------------
@@ -105,7 +107,7 @@ def quantize(x: np.ndarray, scale, zero_point, dtype, saturate: bool = True) -> 
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             v = np.asarray(x, F32) / np.asarray(scale, F32)
         return convert(v, dtype, saturate)
-    info = ml_dtypes.iinfo(dtype) if np.dtype(dtype) == INT4 else np.iinfo(dtype)
+    info = ml_dtypes.iinfo(dtype) if np.dtype(dtype) in (INT4, UINT4) else np.iinfo(dtype)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         v = np.rint(np.asarray(x, F32) / np.asarray(scale, F32)) + np.asarray(zero_point, F32)
         v = np.clip(np.nan_to_num(v, nan=0.0), info.min, info.max)
@@ -226,7 +228,8 @@ def dequantize_linear_infer(inputs, attrs):
     _check_scale("DequantizeLinear", scale)
     if np.dtype(x.dtype) not in QDQ_TYPES + (np.dtype(np.int32),):
         raise AtcError("E16002", f"DequantizeLinear of {np.dtype(x.dtype)} is not supported "
-                       "(supported: int8, uint8, int16, uint16, int32, int4, float8_e4m3fn, float8_e5m2).",
+                       "(supported: int8, uint8, int16, uint16, int32, int4, uint4, float8 e4m3fn, e4m3fnuz, "
+                       "e5m2, e5m2fnuz).",
                        "Quantize to 8- or 16-bit integers.")
     if zp is not None and np.dtype(zp.dtype) != np.dtype(x.dtype):
         raise AtcError("E16004", f"DequantizeLinear: zero point {zp.dtype} differs from the input {np.dtype(x.dtype)}.",

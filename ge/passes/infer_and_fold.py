@@ -38,7 +38,7 @@ from ge.ops.common import static_dims
 from ge.ops.registry import OpDef, TensorType, get_op
 from ge.passes.contract import CANONICAL, STATIC, TYPED, GraphPass, PassResult
 from ge.symbolic import Dim, SymbolicDimError, provably
-from om_format.attrs import to_ge_dtype
+from om_format.attrs import om_holds
 
 _SHAPE_ONLY_OPS = {"Shape", "Size"}
 # Folding these would only copy large constants into the weights; keep them as kernels.
@@ -260,12 +260,10 @@ def _check_shape(node: Node, value, ttype: TensorType, budget: Budget) -> None:
     """A shape rule fed odd attributes (negative pads, huge repeats) may give a negative dim or
     a tensor no int64 can size; that is the model's problem, not an internal error.  A
     tensor larger than the chip's memory can never run on it (E13023)."""
-    try:
-        to_ge_dtype(ttype.dtype)
-    except ValueError:
+    if not om_holds(ttype.dtype):
         raise AtcError("E16002", f"Node [{node.name}] ({node.op_type}) gives output [{value.name}] the element type "
-                       f"{np.dtype(ttype.dtype)}, which an .om cannot hold (no ge DataType).",
-                       "Use float, integer, bool, bfloat16, float8 (e4m3fn, e5m2) or int4 tensors.") from None
+                       f"{np.dtype(ttype.dtype)}, which an .om cannot hold (no ge DataType, and no storage type "
+                       "for it).", "Use float, integer, bool, string, bfloat16, float8 or int4/uint4 tensors.")
     shape = list(static_dims(ttype.shape))
     largest = max_tensor_bytes(shape, ttype.dtype)
     if any(provably(d, "<", 0) for d in shape) or (largest is not None and largest > MAX_TENSOR_BYTES):
