@@ -33,8 +33,6 @@ from fusion_passes.rms_norm import RmsNormFusionPass
 from fusion_passes.rms_norm_matmul import RmsNormMatMulFusionPass
 from fusion_passes.squeeze_excitation import SqueezeExcitationFusionPass
 from fusion_passes.switches import FusionSwitches
-from ge.ir import Graph
-from ge.passes.contract import run_passes
 
 
 def fusion_passes(switches: Optional[FusionSwitches] = None,
@@ -69,8 +67,3 @@ def known_names() -> tuple:
     """(pass names, fused op names): what the switch file and GE_FUSION_DISABLE_LIST accept."""
     passes = [p for p in fusion_passes() if isinstance(p, FusionPass)]
     return [p.pass_name for p in passes], sorted({op for p in passes for op in p.fused_ops})
-
-
-def run_fusion(graph: Graph, passes: Optional[list] = None) -> list:
-    """Run the fusion passes (default: every one, all switched on); one FusionResult each."""
-    return run_passes(graph, passes if passes is not None else fusion_passes())
