@@ -391,12 +391,6 @@ class Outputs:
             self.rollback()
 
 
-def write_atomic(path: str, data: bytes, param: str = "--output") -> None:
-    """One file, all or nothing."""
-    with Outputs() as out:
-        out.write_bytes(path, data, param)
-
-
 # --------------------------------------------------------------------------- signals
 
 _LIVE: set = set()            # transactions not yet committed or rolled back
