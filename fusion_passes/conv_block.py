@@ -59,6 +59,7 @@ from fusion_passes.base import (FusionPass, FusionResult, Match, creates_cycle, 
                                 single_consumer)
 from ge.ir import Graph, Node, Value
 from ge.ops.registry import TensorType, get_op
+from ge.symbolic import Dim
 
 PLAIN, DEPTHWISE, GROUPED, DILATED = "plain", "depthwise", "grouped", "dilated"
 _CONV_ATTRS = CONV_ATTR_NAMES
@@ -213,9 +214,16 @@ def pool_at(value: Value) -> Optional[PooledStore]:
     auto_pad = node.attrs.get("auto_pad", "NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
     if kernel != strides or any(pads) or any(d != 1 for d in dilations) or auto_pad not in ("NOTSET", "VALID") \
-            or int(node.attrs.get("ceil_mode", 0)) and any(d % k for d, k in zip(value.desc.shape[2:], kernel)):
+            or int(node.attrs.get("ceil_mode", 0)) and not all(_divides(k, d) for d, k in zip(value.desc.shape[2:], kernel)):
         return None
     return PooledStore(node, node.outputs[0])
+
+
+def _divides(k: int, d) -> bool:
+    """k divides d for certain: a dynamic d counts only when its expression says so (H % 2
+    depends on the run, so a ceil_mode pool over H stays outside the block, which still fuses)."""
+    rest = d % k
+    return not isinstance(rest, Dim) and rest == 0
 
 
 def store_permute_at(value: Value) -> Optional[PermutedStore]:
