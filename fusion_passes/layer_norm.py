@@ -10,9 +10,10 @@ an attribute whether the model had them as attribute (<= 17) or input (18):
 
 Constraints, each reported as a Miss: keepdims=1 and the same trailing axes on both
 ReduceMeans (NF2003), the exponent is the constant 2 (NF2006), eps is a scalar constant
-(NF2002), no constant broadcasting the result above the input's rank (NF2004), no intermediate is read outside the pattern (NF2001).  gamma/beta are absorbed only
-when constant, of the input dtype, and varying over the normalized axes alone; otherwise the
-Mul/Add stays outside and the core still fuses.  The rewrite uses the registry's ONNX
+(NF2002), no constant broadcasting the result above the input's rank (NF2004); the pass
+runner refuses an intermediate read outside the pattern (NF2001) and a cycle (NF1002).
+gamma/beta are absorbed only when constant, of the input dtype, and varying over the
+normalized axes alone; otherwise the Mul/Add stays outside and the core still fuses.  The rewrite uses the registry's ONNX
 LayerNormalization op (om type LayerNorm), stamped with the nodes it replaced.
 """
 from __future__ import annotations
@@ -23,8 +24,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from fusion_passes import reasons
-from fusion_passes.base import (FusionPass, Match, creates_cycle, escaping_values, fuse, operands,
-                                scalar_const, single_consumer)
+from fusion_passes.base import FusionPass, Match, fuse, operands, scalar_const, single_consumer
 from ge.ir import Graph, Node, Value
 from ge.ops.common import normalize_axis
 from ge.ops.reduce import flag
@@ -175,15 +175,6 @@ class LayerNormFusionPass(FusionPass):
                 nodes.append(step)
                 out = step.outputs[0]
         gamma, beta = params
-
-        escaping = escaping_values(nodes, [out])
-        if escaping:
-            return self.miss(reasons.OTHER_CONSUMERS, rm1, nodes,
-                             "intermediate(s) " + ", ".join(v.name for v in escaping) +
-                             " are used outside the LayerNorm pattern", escaping)
-        if creates_cycle(nodes):
-            return self.miss(reasons.WILL_CREATE_CYCLE, rm1, nodes,
-                             "fusing would create a cycle through a node outside the pattern", [out])
         return LayerNormMatch(nodes, FUSED_OP, [out], x=x, gamma=gamma, beta=beta, axis=rank - k, epsilon=eps)
 
     def rewrite(self, graph: Graph, match: "LayerNormMatch") -> Node:
