@@ -41,7 +41,8 @@ miss outside match_times) -- ConvPoolFC or ConvChain may take it later.
 
 Misses (GE's constraints): the conv output itself used elsewhere (NF2001: BN cannot be
 folded, nothing can fuse), non-constant weights or BN parameters (NF2002), BN length !=
-output channels (NF2004), a cycle (NF1002); a conv left out of a residual-conv kernel: its
+output channels (NF2004); an intermediate read elsewhere (NF2001) and a cycle (NF1002) are
+refused by the pass runner; a conv left out of a residual-conv kernel: its
 output used elsewhere (NF2001), its shape differs (NF2004), dtype (NF2005), or any
 constraint above.
 """
@@ -55,8 +56,7 @@ import numpy as np
 from codegen.fused.conv import BLOCK_SLOTS, CONV_ATTR_NAMES, CONV_BLOCK_OPS, POOL_PREFIX, RES_PREFIX
 from codegen.fused.epilogue import ACTIVATIONS, activation_attrs, is_activation
 from fusion_passes import reasons
-from fusion_passes.base import (FusionPass, FusionResult, Match, creates_cycle, escaping_values, fuse, operands,
-                                single_consumer)
+from fusion_passes.base import FusionPass, FusionResult, Match, fuse, operands, single_consumer
 from ge.ir import Graph, Node, Value
 from ge.ops.registry import TensorType, get_op
 from ge.symbolic import Dim
@@ -407,15 +407,6 @@ class ConvBlockPass(FusionPass):
         problem = conv_problem(conv, bn, any_variant=self.variant != PLAIN)
         if problem:
             return self.miss(problem.code, conv, nodes, problem.constraint, problem.values)
-        escaping = escaping_values(nodes, [cur])
-        if escaping:
-            return self.miss(reasons.OTHER_CONSUMERS, conv, nodes,
-                             f"intermediate(s) {[v.name for v in escaping]} are used outside the pattern",
-                             escaping)
-        if creates_cycle(nodes):
-            return self.miss(reasons.WILL_CREATE_CYCLE, conv, nodes,
-                             f"the residual input {residual.name if residual else '?'} depends on the "
-                             "pattern: fusing would create a cycle", [residual])
         return ConvBlockMatch(nodes, self.fused_op, [cur], conv=conv, bn=bn, residual=residual, side=side,
                               activation=act.attrs if act else {}, store=store, concat=concat, scale=scale,
                               pool=pool, shuffle=shuffle)
