@@ -11,7 +11,8 @@ and per-token times.  The tests run four of the six exports (tests/test_decoder_
 this runs all six.  Needs the `export` extra.
 
 usage: python bench/bench_decoder.py [--steps 8] [--prompt 6] [--batch 1] [--workdir DIR]
-       [--models llama,qwen2,gpt2] [--exporters torchscript,dynamo] [--precision force_fp32]
+       [--models llama,qwen2,gpt2] [--exporters torchscript,dynamo] [--attn sdpa|eager]
+       [--precision force_fp32]
 """
 from __future__ import annotations
 
@@ -35,12 +36,13 @@ from simulator import decode  # noqa: E402
 
 
 def run_one(name: str, exporter: str, args) -> dict:
-    path = os.path.join(args.workdir, f"{name}_{exporter}.onnx")
+    tag = f"{name}_{exporter}" + ("" if args.attn == "sdpa" else f"_{args.attn}")
+    path = os.path.join(args.workdir, f"{tag}.onnx")
     if not os.path.exists(path):
         t0 = time.perf_counter()
-        exporters.export_decoder(name, exporter, path)
+        exporters.export_decoder(name, exporter, path, None if args.attn == "sdpa" else args.attn)
         print(f"  exported {os.path.basename(path)} in {time.perf_counter() - t0:.1f} s", flush=True)
-    out = os.path.join(args.workdir, f"{name}_{exporter}_{args.precision}")
+    out = os.path.join(args.workdir, f"{tag}_{args.precision}")
     report = atc_py.compile(path, output=out, soc_version="Ascend910", precision_mode=args.precision,
                             input_shape=exporters.decoder_input_shape(onnx.load(path)))
     session = atc_py.InferSession(out + ".om")
@@ -62,6 +64,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--models", default=",".join(exporters.DECODERS))
     parser.add_argument("--exporters", default=",".join(exporters.EXPORTERS))
+    parser.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"),
+                        help="transformers' attention implementation (sdpa: its default)")
     parser.add_argument("--precision", default="force_fp32")
     parser.add_argument("--workdir", default=None, help="keep exports and .om files here (default: a temp dir)")
     args = parser.parse_args(argv)
@@ -72,8 +76,8 @@ def main(argv=None) -> int:
         for exporter in args.exporters.split(","):
             print(f"{name}/{exporter} ...", flush=True)
             rows.append(run_one(name, exporter, args))
-    print(f"\nprompt {args.batch}x{args.prompt}, prefill + {args.steps} decode steps, {args.precision}, Ascend910 "
-          "(simulated times)\n")
+    print(f"\nprompt {args.batch}x{args.prompt}, prefill + {args.steps} decode steps, {args.precision}, "
+          f"attention {args.attn}, Ascend910 (simulated times)\n")
     print("| export | kernels | fused | checked on symbols | every step matches ORT | worst logits max abs "
           "| prefill µs | per-token µs (median) |")
     print("|---|---|---|---|---|---|---|---|")

@@ -3,7 +3,9 @@
 After canonicalization (fusion_passes/canonical/) an attention block is
     scores = Q . K^T  [* scale]  [+ bias ...]  [Where(mask, scores, fill)]  -> Softmax [-> NaN guard]
     out    = P . V -> views -> merged heads
-where Q, K and V are views of linear projections (possibly rotated by a RotaryEmbedding).
+where Q, K and V are views of linear projections (possibly rotated by a RotaryEmbedding),
+or K and V are views of a KV cache: a [B, Hkv, T, D] tensor written as Concat(past, new)
+along its sequence axis (a decoder's `present`), or given as a graph input.
 The views are read with the view algebra (fusion_passes/layout.py), not matched op by op:
 for each operand the walker proves which projection columns every head reads, which
 batch and sequence rows, in which order -- so 4-D and 3-D head layouts, packed or separate
@@ -208,7 +210,7 @@ class Heads:
     """What one operand of Q.K^T or P.V reads from its projection."""
 
     role: str
-    linear: Linear
+    linear: Optional[Linear]  # None for a KV cache read as it is (`head_major`)
     nodes: list               # views and RotaryEmbedding between the projection and the operand
     rope: Optional[Node]
     rope_layout: Optional[Layout]
@@ -218,6 +220,9 @@ class Heads:
     rows: np.ndarray          # per operand batch index (flattened): its block of S rows
     cols: np.ndarray          # per operand batch index: the first projection column of its head
     batch_shape: tuple        # the operand's batch axes (before the [S,D] / [D,S] matrix)
+    width: int = 0            # the projection's outputs (a cache: Hkv * D, head h at column h * D)
+    source: Optional[Value] = None      # the projection's output, or the cache
+    head_major: bool = False  # the source is a [B, Hkv, T, D] KV cache, not a projection
 
 
 def read_heads(value: Value, role: str, seq_axis: int, dim_axis: int) -> Heads:
@@ -237,6 +242,8 @@ def read_heads(value: Value, role: str, seq_axis: int, dim_axis: int) -> Heads:
     except NotAffine as err:
         raise Reject(reasons.UNSUPPORTED_VARIANT, f"{role}: the head views are not a strided view of the "
                      f"projection ({err})", nodes, [value])
+    if role != "Q" and linear_producing(source) is None and is_kv_cache(source):
+        return _cache_heads(value, role, nodes, layout, source, seq_axis, dim_axis)
     linear = _projection(source, role, nodes)
     shape = tuple(source.desc.shape)
     width = shape[-1]
@@ -259,7 +266,43 @@ def read_heads(value: Value, role: str, seq_axis: int, dim_axis: int) -> Heads:
                      f"{seq} rows", nodes, [value])
     batch = tokens // seq
     return Heads(role, linear, nodes, rope, rope_layout, batch, seq, dim, rows, rest,
-                 tuple(op_shape[k] for k in batch_axes))
+                 tuple(op_shape[k] for k in batch_axes), width, source)
+
+
+def is_kv_cache(value: Value) -> bool:
+    """A [B, Hkv, T, D] tensor a decoder attends to as it is: the cache concatenated with the
+    new tokens' heads along its sequence axis (transformers' `present`), or a graph input."""
+    shape = value.desc.shape
+    if shape is None or len(shape) != 4 or value.is_const or np.dtype(value.desc.dtype).kind != "f":
+        return False
+    node = value.producer
+    return node is None or (node.op_type == "Concat" and int(node.attrs.get("axis", 0)) % 4 == 2)
+
+
+def _cache_heads(value: Value, role: str, nodes: list, layout: Layout, source: Value, seq_axis: int,
+                 dim_axis: int) -> Heads:
+    """K or V read from a [B, Hkv, T, D] cache: every operand matrix must be one head's [T, D]
+    (or [D, T]) block of it, the batch index running over (batch, head)."""
+    batch, kv_heads, length, dim = source.desc.shape
+    op_shape = layout.shape
+    rank = len(op_shape)
+    dim_pieces, seq_pieces = layout.axis(dim_axis % rank), layout.axis(seq_axis % rank)
+    if op_shape[dim_axis] != dim or op_shape[seq_axis] != length or \
+            dim_pieces != (((dim, 1),) if more_than_one(dim) else ()) or \
+            seq_pieces != (((length, dim),) if more_than_one(length) else ()):
+        raise Reject(reasons.UNSUPPORTED_VARIANT,
+                     f"{role}: operand {value.name} {list(op_shape)} does not read whole [T, D] head matrices of "
+                     f"the KV cache {source.name} {list(source.desc.shape)} (sequence axis reads {list(seq_pieces)}, "
+                     f"head axis {list(dim_pieces)} as (size, stride) pieces)", nodes, [value, source])
+    batch_axes = [k for k in range(rank) if k not in (seq_axis % rank, dim_axis % rank)]
+    offsets = Layout(layout.offset, tuple(layout.axes[k] for k in batch_axes)).indices().reshape(-1)
+    rows, rest = np.divmod(offsets, probe(kv_heads * length * dim))
+    head, inside = np.divmod(rest, probe(length * dim))
+    if np.any(inside):
+        raise Reject(reasons.UNSUPPORTED_VARIANT, f"{role}: operand {value.name} starts inside a head of the KV "
+                     f"cache {source.name}", nodes, [value])
+    return Heads(role, None, nodes, None, None, batch, length, dim, rows, head * dim,
+                 tuple(op_shape[k] for k in batch_axes), kv_heads * dim, source, head_major=True)
 
 
 def _projection(source: Value, role: str, nodes: list) -> Linear:

@@ -36,6 +36,7 @@ from fusion_passes import reasons
 from fusion_passes.attention_patterns import (Heads, ScoreChain, batch_index, find_qk, head_columns, kv_groups,
                                               merge_heads, probs_reader, read_heads, walk_scores)
 from fusion_passes.base import FusionPass, Match, Reject, fuse
+from fusion_passes.layout import more_than_one
 from ge.ir import Graph, Node, TensorDesc, Value
 from ge.symbolic import mod
 
@@ -64,32 +65,35 @@ class MultiHeadAttentionFusionPass(FusionPass):
         v = read_heads(pv.inputs[1], "V", -2, -1)
         plan = _plan(q, k, v, tuple(qk.outputs[0].desc.shape[:-2]), tuple(pv.outputs[0].desc.shape[:-2]))
         merge, out = merge_heads(pv, plan.batch, plan.heads, q.seq, v.dim)
-        rope = _rope(q, k)
+        rope, rotate_k = _rope(q, k)
         core = [qk] + scores.nodes + [softmax] + between + [pv] + merge
         members, projected = _members(core, (q, k, v))
         for heads, cols, count in ((q, plan.q_cols, plan.heads), (k, plan.kv_cols_k, plan.kv_heads),
                                    (v, plan.kv_cols_v, plan.kv_heads)):
-            if heads.role in projected and (heads.linear.width != count * heads.dim
-                                            or not np.array_equal(cols, np.arange(count) * heads.dim)):
-                raise Reject(reasons.OTHER_CONSUMERS,
-                             f"{heads.role} projection {heads.linear.output.name} is also read outside the attention "
-                             "block, and its columns are not the kernel's heads in order (it cannot be a kernel "
-                             "input as it is)", heads.nodes, [heads.linear.output])
-            x = heads.linear.output if heads.role in projected else heads.linear.x
-            if prod(x.desc.shape[:-1]) != heads.batch * heads.seq:
-                raise Reject(reasons.SHAPE_MISMATCH,
-                             f"{heads.role} projection input {x.name} {list(x.desc.shape)} does not hold "
-                             f"[B, S] = [{heads.batch}, {heads.seq}] rows", [heads.linear.matmul], [x])
+            if heads.head_major:
+                x = heads.source
+            else:
+                if heads.role in projected and not np.array_equal(cols, cols[0] + np.arange(count) * heads.dim):
+                    raise Reject(reasons.OTHER_CONSUMERS,
+                                 f"{heads.role} projection {heads.linear.output.name} is also read outside the "
+                                 "attention block, and its columns are not the kernel's heads in order (it cannot be "
+                                 "a kernel input as it is)", heads.nodes, [heads.linear.output])
+                x = heads.linear.output if heads.role in projected else heads.linear.x
+                if prod(x.desc.shape[:-1]) != heads.batch * heads.seq:
+                    raise Reject(reasons.SHAPE_MISMATCH,
+                                 f"{heads.role} projection input {x.name} {list(x.desc.shape)} does not hold "
+                                 f"[B, S] = [{heads.batch}, {heads.seq}] rows", [heads.linear.matmul], [x])
             if np.dtype(x.desc.dtype).kind != "f":
                 raise Reject(reasons.DTYPE_MISMATCH, f"{heads.role} hidden states {x.name} are not a float type",
-                             [heads.linear.matmul], [x])
+                             [heads.linear.matmul] if heads.linear is not None else heads.nodes, [x])
         for term, _, batch_shape in scores.terms:
             _term_shape(term, batch_shape, plan)
         if scores.where is not None:
             _term_shape(scores.where, scores.where_batch, plan)
         nodes = sorted(members, key=_position(graph))
         return AttentionMatch(nodes, OP_TYPE, [out], q=q, k=k, v=v, plan=plan, scores=scores,
-                              nan_guard=any(n.op_type == "IsNaN" for n in between), rope=rope, projected=projected)
+                              nan_guard=any(n.op_type == "IsNaN" for n in between), rope=rope, rotate_k=rotate_k,
+                              projected=projected)
 
     def rewrite(self, graph: Graph, match: "AttentionMatch") -> Node:
         plan, q, k, v, scores = match.plan, match.q, match.k, match.v, match.scores
@@ -98,11 +102,18 @@ class MultiHeadAttentionFusionPass(FusionPass):
                  "scale": float(scores.scale), "mask_kind": "none", "nan_guard": int(match.nan_guard),
                  "rotary_dim": 0}
         slots, rows = {}, {}
+        if k.head_major:
+            attrs["kv_layout"] = "bhsd"
         for heads, cols in ((q, plan.q_cols), (k, plan.kv_cols_k), (v, plan.kv_cols_v)):
             r = heads.role.lower()
+            if heads.head_major:                      # the cache as it is: [B, Hkv, T, D]
+                slots[f"x_{r}"] = heads.source
+                continue
             x = heads.linear.output if heads.role in match.projected else heads.linear.x
             if heads.role not in match.projected:
                 slots[f"w_{r}"], slots[f"b_{r}"] = _weights(graph, heads.linear, cols, heads.dim, f"{base}/{r}")
+            elif int(cols[0]) or heads.width != len(cols) * heads.dim:
+                attrs[f"{r}_offset"] = int(cols[0])   # its heads are columns of a wider projection
             kernel_x = (heads.batch, heads.seq, x.desc.shape[-1])
             if tuple(x.desc.shape) != kernel_x:      # rows regrouped (windows): a view of x, once per tensor
                 key = (id(x), kernel_x)
@@ -125,6 +136,8 @@ class MultiHeadAttentionFusionPass(FusionPass):
             slots.update(rope_cos=rope.inputs[1], rope_sin=rope.inputs[2])
             attrs.update(rotary_dim=int(rope.attrs.get("rotary_embedding_dim", 0)) or q.dim,
                          rotary_interleaved=int(rope.attrs.get("interleaved", 0)))
+            if not match.rotate_k:
+                attrs["rotary_k"] = 0
         out = match.outputs[0]
         merge_origin = out.producer.origin if out.producer is not None and out.producer.op_type != "MatMul" else []
         fused = fuse(graph, match.nodes, OP_TYPE, SLOTS.pack(**slots), match.outputs, attrs, self.pass_name)
@@ -143,7 +156,7 @@ def _members(core: list, roles) -> tuple:
     views the outside reads; the kernel reads the projection's output instead."""
     members = {id(n): n for n in core}
     for heads in roles:
-        for n in heads.linear.nodes + heads.nodes:
+        for n in _path(heads):
             members[id(n)] = n
     projected: set = set()
 
@@ -154,7 +167,14 @@ def _members(core: list, roles) -> tuple:
     while changed:
         changed = False
         for heads in roles:
-            path = heads.linear.nodes + heads.nodes
+            path = _path(heads)
+            if heads.head_major:
+                outside = [n for n in path if read_outside(n)]
+                if outside:
+                    raise Reject(reasons.OTHER_CONSUMERS,
+                                 f"{heads.role}: view {outside[0].name} of the KV cache {heads.source.name} is also "
+                                 "read outside the attention block", outside, list(outside[0].outputs))
+                continue
             if heads.role not in projected and any(id(n) in members and read_outside(n) for n in path):
                 projected.add(heads.role)
                 changed = True
@@ -164,6 +184,11 @@ def _members(core: list, roles) -> tuple:
                         del members[id(n)]
                         changed = True
     return list(members.values()), projected
+
+
+def _path(heads: Heads) -> list:
+    """The nodes from the projection (or the cache) to the operand."""
+    return (heads.linear.nodes if heads.linear is not None else []) + heads.nodes
 
 
 @dataclass
@@ -205,41 +230,62 @@ def _plan(q: Heads, k: Heads, v: Heads, scores_batch: tuple, context_batch: tupl
         raise Reject(reasons.UNSUPPORTED_VARIANT, f"K and V group the {heads} query heads differently "
                      f"({kv_heads} vs {kv_heads_v} KV heads)", k.nodes + v.nodes, [])
     for heads_of, cols, dim in ((q, q_cols, q.dim), (k, k_cols, k.dim), (v, v_cols, v.dim)):
-        if np.any(cols + dim > heads_of.linear.width):
+        if np.any(cols + dim > heads_of.width):
             raise Reject(reasons.SHAPE_MISMATCH, f"{heads_of.role}: head columns run past the projection's "
-                         f"{heads_of.linear.width} outputs", heads_of.nodes, [])
+                         f"{heads_of.width} outputs", heads_of.nodes, [])
+    if k.head_major != v.head_major:
+        cache, other = (k, v) if k.head_major else (v, k)
+        raise Reject(reasons.UNSUPPORTED_VARIANT, f"{cache.role} reads the KV cache {cache.source.name} but "
+                     f"{other.role} a projection; the kernel reads both from the cache or both from projections",
+                     k.nodes + v.nodes, [cache.source])
+    for heads_of, cols in ((k, k_cols[::group]), (v, v_cols[::group])):
+        if heads_of.head_major and (kv_heads != heads_of.width // heads_of.dim
+                                    or not np.array_equal(cols, np.arange(kv_heads) * heads_of.dim)):
+            raise Reject(reasons.UNSUPPORTED_VARIANT,
+                         f"{heads_of.role}: the query heads read KV heads {(cols // heads_of.dim).tolist()} of the "
+                         f"cache {heads_of.source.name} {list(heads_of.source.desc.shape)}; the kernel reads every "
+                         "cache head in order", heads_of.nodes, [heads_of.source])
     return Plan(q.batch, heads, kv_heads, q_cols, k_cols[::group], v_cols[::group])
 
 
-def _rope(q: Heads, k: Heads) -> Optional[Node]:
-    """The RotaryEmbedding applied to both Q and K (the same tables), or None for neither."""
+def _rope(q: Heads, k: Heads) -> tuple:
+    """(the RotaryEmbedding the kernel applies, whether it rotates K too): None for none; the
+    one applied to both Q and K (the same tables); or Q's alone when K is read from a KV
+    cache (its new heads were rotated before they were written to the cache, outside)."""
     if q.rope is None and k.rope is None:
-        return None
-    if q.rope is None or k.rope is None:
+        return None, False
+    if k.head_major:
+        rotated = (q,)
+    elif q.rope is None or k.rope is None:
         only = "Q" if k.rope is None else "K"
         raise Reject(reasons.UNSUPPORTED_VARIANT, f"a rotary embedding rotates {only} only; the kernel rotates "
-                     "both Q and K", [q.rope or k.rope], [])
-    for attr in ("rotary_embedding_dim", "interleaved"):
-        if q.rope.attrs.get(attr, 0) != k.rope.attrs.get(attr, 0):
-            raise Reject(reasons.UNSUPPORTED_VARIANT, f"Q and K rotary embeddings differ in {attr}",
-                         [q.rope, k.rope], [])
-    same = all(a is b or (a.is_const and b.is_const and np.array_equal(a.const, b.const))
-               for a, b in zip(q.rope.inputs[1:3], k.rope.inputs[1:3]))
-    if not same or len(q.rope.inputs) > 3 or len(k.rope.inputs) > 3:
-        raise Reject(reasons.UNSUPPORTED_VARIANT, "Q and K are rotated with different (or position-indexed) "
-                     "tables; the kernel takes one [B|1,S,R/2] cos/sin pair", [q.rope, k.rope], [])
-    for heads in (q, k):
+                     "both Q and K (or Q alone when K comes from a KV cache)", [q.rope or k.rope], [])
+    else:
+        rotated = (q, k)
+        for attr in ("rotary_embedding_dim", "interleaved"):
+            if q.rope.attrs.get(attr, 0) != k.rope.attrs.get(attr, 0):
+                raise Reject(reasons.UNSUPPORTED_VARIANT, f"Q and K rotary embeddings differ in {attr}",
+                             [q.rope, k.rope], [])
+        same = all(a is b or (a.is_const and b.is_const and np.array_equal(a.const, b.const))
+                   for a, b in zip(q.rope.inputs[1:3], k.rope.inputs[1:3]))
+        if not same or len(k.rope.inputs) > 3:
+            raise Reject(reasons.UNSUPPORTED_VARIANT, "Q and K are rotated with different (or position-indexed) "
+                         "tables; the kernel takes one [B|1,S,R/2] cos/sin pair", [q.rope, k.rope], [])
+    if len(q.rope.inputs) > 3:
+        raise Reject(reasons.UNSUPPORTED_VARIANT, "Q is rotated with position-indexed tables; the kernel takes "
+                     "[B|1,S,R/2] cos/sin tables", [q.rope], [])
+    for heads in rotated:
         layout = heads.rope_layout
         width = heads.linear.width
         shape = layout.shape
         ok = len(shape) == 4 and layout.axis(3) == ((heads.dim, 1),) and shape[2] == heads.seq and \
-            layout.axis(2) == (((heads.seq, width),) if heads.seq > 1 else ()) and \
+            layout.axis(2) == (((heads.seq, width),) if more_than_one(heads.seq) else ()) and \
             (q.rope.inputs[1].desc.shape[0] == 1 or layout.axis(0) == ((heads.batch, heads.seq * width),))
         if not ok:
             raise Reject(reasons.UNSUPPORTED_VARIANT,
                          f"{heads.role}: the rotary embedding does not rotate [B, H, S, D] heads of the projection "
                          f"(it rotates {list(shape)})", [heads.rope], [heads.rope.inputs[0]])
-    return q.rope
+    return q.rope, len(rotated) == 2
 
 
 def _weights(graph: Graph, linear, cols: np.ndarray, dim: int, base: str):
@@ -350,6 +396,7 @@ class AttentionMatch(Match):
     scores: ScoreChain
     nan_guard: bool
     rope: Optional[Node]
+    rotate_k: bool             # the kernel rotates K too (not when K comes from a KV cache)
     projected: set             # roles ("Q", "K", "V") whose projection stays outside the kernel
 
 

@@ -47,9 +47,11 @@ def instantiate_attrs(attrs: dict, values: Mapping) -> dict:
     return {k: instantiate(v, values) for k, v in attrs.items()}
 
 
-def bind(expected: tuple, actual: tuple, values: dict, graph: Graph) -> Optional[str]:
+def bind(expected: tuple, actual: tuple, values: dict, graph: Graph, defer: bool = False) -> Optional[str]:
     """Match a tensor's symbolic shape with the sizes it has in this run, binding the symbols
-    it is the first to tell.  Returns why they do not match (None when they do)."""
+    it is the first to tell.  Returns why they do not match (None when they do).  `defer`:
+    a dim of two symbols neither of which is known yet (P + S) is skipped, not a mismatch
+    (another tensor may tell one of them first)."""
     if len(expected) != len(actual):
         return f"rank {len(actual)}, expected {len(expected)}"
     for axis, (dim, size) in enumerate(zip(expected, actual)):
@@ -63,6 +65,8 @@ def bind(expected: tuple, actual: tuple, values: dict, graph: Graph) -> Optional
         except UnboundSymbol:
             solved = solve(dim, size, values)
             if solved is None:
+                if defer:
+                    continue
                 return f"dim {axis} ({dim}) cannot be bound from size {size}"
             name, value = solved
             atom = graph.symbols.get(name)

@@ -474,7 +474,34 @@ def upper_bound(x) -> Optional[int]:
     return None if hi == INF else int(hi)
 
 
+def _ratio_decides(a, b) -> Optional[bool]:
+    """a >= b decided through an exact quotient when the ranges of a - b alone cannot: with
+    a = q*b, a - b = (q - 1)*b, so q >= 1 and b >= 0 prove a >= b (and q <= 1, b >= 0 that
+    a <= b: False for a >= b only if q < 1 and b > 0).  Element counts of a broadcast need
+    it: [1, 1, S, P+S] has (P+S)*S elements, S times its [1, 1, 1, P+S] row, and
+    (P+S)*S - (P+S) is not provably >= 0 term by term even when S >= 1."""
+    for num, den, flip in ((a, b, False), (b, a, True)):
+        if not isinstance(num, Dim) and not isinstance(den, Dim):
+            continue
+        q = _exact_quotient(num, den)
+        if q is None or bounds(den, DIM_LIMIT)[0] < 0:
+            continue
+        q_lo, q_hi = bounds(q, DIM_LIMIT)
+        if not flip and q_lo >= 1 or flip and q_hi <= 1:
+            return True
+    return None
+
+
 def _decide(a, b, op: str) -> bool:
+    try:
+        return _decide_interval(a, b, op)
+    except SymbolicDimError:
+        if op in (">=", "<=") and _ratio_decides(*((a, b) if op == ">=" else (b, a))):
+            return True
+        raise
+
+
+def _decide_interval(a, b, op: str) -> bool:
     lo, hi = bounds(_add(a, _neg(b)), DIM_LIMIT)
     if op == "<":
         if hi < 0:

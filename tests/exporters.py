@@ -550,13 +550,15 @@ if __name__ == "__main__":
 DECODERS = ("llama", "qwen2", "gpt2")
 
 
-def _decoder(name: str):
-    """A tiny causal LM (2 layers, hidden 32, 4 heads; Llama and Qwen2 with 2 KV heads: GQA)."""
+def _decoder(name: str, attn: Optional[str] = None):
+    """A tiny causal LM (2 layers, hidden 32, 4 heads; Llama and Qwen2 with 2 KV heads: GQA),
+    with transformers' default attention implementation ("sdpa") or `attn` ("eager")."""
     import torch
     import transformers as tf
     torch.manual_seed(0)
+    chosen = {} if attn is None else {"attn_implementation": attn}
     small = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, **chosen)
     if name == "llama":
         config = tf.LlamaConfig(**small)
         model = tf.LlamaForCausalLM(config)
@@ -565,7 +567,7 @@ def _decoder(name: str):
         model = tf.Qwen2ForCausalLM(config)
     elif name == "gpt2":
         config = tf.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=128,
-                               bos_token_id=0, eos_token_id=0)
+                               bos_token_id=0, eos_token_id=0, **chosen)
         model = tf.GPT2LMHeadModel(config)
     else:
         raise ValueError(f"unknown decoder {name!r}; known: {DECODERS}")
@@ -603,10 +605,11 @@ class _WithCache:
         return Wrapper().eval()
 
 
-def export_decoder(name: str, exporter: str, path: str) -> str:
-    """Export a tiny decoder with dynamic batch, sequence and cache lengths; returns the path."""
+def export_decoder(name: str, exporter: str, path: str, attn: Optional[str] = None) -> str:
+    """Export a tiny decoder with dynamic batch, sequence and cache lengths; returns the path.
+    `attn`: transformers' attention implementation (None: its default, "sdpa"; or "eager")."""
     import torch
-    model, config = _decoder(name)
+    model, config = _decoder(name, attn)
     wrapper = _WithCache.wrap(model, config)
     layers = config.num_hidden_layers
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads

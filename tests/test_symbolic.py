@@ -64,3 +64,19 @@ def test_parse_refuses_unknown_symbols_and_bad_text():
     for text in ("Q + 1", "S +", "S ** 2", "max(S)"):
         with pytest.raises(ValueError):
             parse(text, ATOMS)
+
+
+def test_sizes_compared_through_an_exact_quotient():
+    """a >= b when a = q*b with q >= 1 and b >= 0, where the ranges of a - b alone do not
+    decide it (a decoder mask [1,1,S,P+S] against its row [1,1,1,P+S]); and only then."""
+    from ge.symbolic import provably
+    past, seq, batch = (Dim.of_atom(Symbol(n, lo)) for n, lo in (("past", 0), ("seq", 1), ("batch", 1)))
+    maybe_empty = Dim.of_atom(Symbol("s0", 0))
+    assert provably(past * seq + seq * seq, ">=", past + seq)
+    assert provably(past + seq, "<=", past * seq + seq * seq)
+    assert provably(batch * past + batch * seq, ">=", batch)            # q = P + S >= 1
+    assert not provably(past * maybe_empty + maybe_empty * maybe_empty, ">=", past + maybe_empty)   # S = 0
+    assert not provably(past, ">=", past + seq)
+    assert not provably(past * seq, ">=", seq)                          # q = P may be 0
+    with pytest.raises(SymbolicDimError):
+        _ = (past + maybe_empty) <= past * maybe_empty + maybe_empty * maybe_empty

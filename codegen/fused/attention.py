@@ -15,16 +15,25 @@ Input slots (SLOTS; absent optional slots are None):
                       encoder output in cross-attention).  Without its weight, a role's x
                       is already projected: [B,S,heads*dim], head h at columns h*dim (the
                       projection stays its own GEMM when something else reads it, e.g.
-                      DeBERTa's relative-position bias reads Q and K)
+                      DeBERTa's relative-position bias reads Q and K); attribute
+                      <role>_offset: the heads start at that column of a wider projection
+                      (a packed QKV projection whose K and V also go to a KV cache)
+  with kv_layout "bhsd", x_k [B,Hkv,Skv,D] and x_v [B,Hkv,Skv,Dv] are a decoder's KV cache
+                      read as it is (the cache concatenated with the new tokens' heads,
+                      written by its own Concat kernel as the `present` output, as GE's
+                      IncreFlashAttention/PromptFlashAttention read it), without weights
   bias                additive, broadcasting to [B,H,Sq,Skv] (position bias, padding mask)
   mask                a second additive term (mask_kind "add") or a bool tensor: where it is
                       not mask_keep (default True) the score is mask_value (mask_kind "where")
   rope_cos, rope_sin  [B|1,S,R/2] rotary tables applied to Q and K after the projection
-                      (RotaryEmbedding semantics, ge/ops/rotary.py)
+                      (RotaryEmbedding semantics, ge/ops/rotary.py); to Q only with
+                      rotary_k 0 (K from a KV cache was rotated before it was written),
+                      then [B|1,Sq,R/2]
 Attrs: num_heads H, kv_heads Hkv (grouped-query: query head h reads KV head h // (H/Hkv)),
 head_dim D, v_head_dim Dv, scale, mask_kind, mask_value, nan_guard (1: probabilities that
 are NaN -- a row masked entirely with -inf -- are 0, SDPA's guard), rotary_dim R (0: none),
-rotary_interleaved.
+rotary_interleaved, rotary_k (default 1), kv_layout ("bsh" default, or "bhsd"), q_offset /
+k_offset / v_offset (default 0).
 Output: [B,Sq,H*Dv].  float16 data is computed in float32 (the cube's fp32 accumulator,
 softmax statistics in fp32) and cast back.
 """
@@ -42,6 +51,7 @@ from ge.ops.rotary import rotate
 
 OP_TYPE = "MultiHeadAttentionFusionOp"
 MASK_KINDS = ("none", "add", "where")
+KV_LAYOUTS = ("bsh", "bhsd")
 SLOTS = Slots("x_q", "w_q", "b_q", "x_k", "w_k", "b_k", "x_v", "w_v", "b_v", "bias", "mask", "rope_cos",
               "rope_sin", required=("x_q", "x_k", "x_v"))
 ROLES = ("q", "k", "v")
@@ -58,19 +68,31 @@ def _dims(s: dict, attrs: dict) -> dict:
     xq, xk, xv = (tuple(s[f"x_{r}"].shape) for r in ROLES)
     if heads <= 0 or kv_heads <= 0 or heads % kv_heads:
         raise _bad(f"num_heads {heads} is not a multiple of kv_heads {kv_heads}")
-    if len(xq) != 3 or len(xk) != 3 or len(xv) != 3 or not xq[0] == xk[0] == xv[0] or xk[1] != xv[1]:
+    layout = attrs.get("kv_layout", "bsh")
+    if layout not in KV_LAYOUTS:
+        raise _bad(f"kv_layout [{layout}] is not one of {KV_LAYOUTS}")
+    cache = layout == "bhsd"
+    if cache:
+        if len(xk) != 4 or len(xv) != 4 or xk[:3] != xv[:3] or xk[1] != kv_heads or xk[3] != d or xv[3] != dv \
+                or s["w_k"] is not None or s["w_v"] is not None or len(xq) != 3 or xq[0] != xk[0]:
+            raise _bad(f"kv_layout bhsd needs x_k [B,{kv_heads},Skv,{d}] and x_v [B,{kv_heads},Skv,{dv}] without "
+                       f"weights and x_q [B,Sq,K] of the same B; got {xq}, {xk}, {xv}")
+    elif len(xq) != 3 or len(xk) != 3 or len(xv) != 3 or not xq[0] == xk[0] == xv[0] or xk[1] != xv[1]:
         raise _bad(f"x_q {xq}, x_k {xk} and x_v {xv} must be [B,S,K] with one B (and one S for K and V)")
     widths = {"q": heads * d, "k": kv_heads * d, "v": kv_heads * dv}
     for r in ROLES:
+        if cache and r != "q":
+            continue
         x, w, b, width = s[f"x_{r}"], s[f"w_{r}"], s[f"b_{r}"], widths[r]
+        offset = int(attrs.get(f"{r}_offset", 0))
         expect = (x.shape[2], width) if w is not None else None
-        if w is None and x.shape[2] != width:
-            raise _bad(f"projected x_{r} {tuple(x.shape)} has not {width} features")
-        if w is not None and tuple(w.shape) != expect:
-            raise _bad(f"w_{r} is {tuple(w.shape)}, expected {expect}")
+        if w is None and (offset < 0 or x.shape[2] < offset + width):
+            raise _bad(f"projected x_{r} {tuple(x.shape)} has not {width} features from column {offset}")
+        if w is not None and (tuple(w.shape) != expect or offset):
+            raise _bad(f"w_{r} is {tuple(w.shape)}, expected {expect} (and no {r}_offset)")
         if b is not None and (w is None or tuple(b.shape) != (width,)):
             raise _bad(f"b_{r} is {tuple(b.shape)}, expected {(width,)} with w_{r}")
-    xkv = xk
+    xkv = (xk[0], xk[2]) if cache else xk
     kind = attrs.get("mask_kind", "none")
     if kind not in MASK_KINDS:
         raise _bad(f"mask_kind [{kind}] is not one of {MASK_KINDS}")
@@ -88,19 +110,27 @@ def _dims(s: dict, attrs: dict) -> dict:
         if not ok:
             raise _bad(f"{name} {tuple(t.shape)} does not broadcast to the scores {scores}")
     rot = int(attrs.get("rotary_dim", 0))
+    rotate_k = bool(int(attrs.get("rotary_k", 1)))
     if rot:
         cos = s["rope_cos"]
-        if cos is None or s["rope_sin"] is None or xq[1] != xkv[1] or rot % 2 or rot > d \
+        if cos is None or s["rope_sin"] is None or (rotate_k and xq[1] != xkv[1]) or rot % 2 or rot > d \
                 or len(cos.shape) != 3 or cos.shape[0] not in (1, xq[0]) or tuple(cos.shape[1:]) != (xq[1], rot // 2) \
                 or tuple(s["rope_sin"].shape) != tuple(cos.shape):
-            raise _bad(f"rotary_dim {rot} needs rope_cos/rope_sin [B|1,S,{rot // 2}] and Sq == Skv")
+            raise _bad(f"rotary_dim {rot} needs rope_cos/rope_sin [B|1,Sq,{rot // 2}] (and Sq == Skv to rotate K)")
     return dict(batch=xq[0], sq=xq[1], skv=xkv[1], heads=heads, kv_heads=kv_heads, d=d, dv=dv, rot=rot,
+                rotate_k=rotate_k, cache=cache,
                 k={r: s[f"x_{r}"].shape[2] if s[f"w_{r}"] is not None else 0 for r in ROLES})
 
 
-def _project(s, role, heads, dim, ct):
+def _project(s, role, heads, dim, ct, attrs):
     x, w, b = s[f"x_{role}"], s[f"w_{role}"], s[f"b_{role}"]
-    y = x.astype(ct) if w is None else np.matmul(x.astype(ct, copy=False), w.astype(ct, copy=False))
+    if x.ndim == 4:                                   # a KV cache, [B,heads,S,dim] already
+        return x.astype(ct)
+    if w is None:
+        offset = int(attrs.get(f"{role}_offset", 0))
+        y = x[..., offset:offset + heads * dim].astype(ct)
+    else:
+        y = np.matmul(x.astype(ct, copy=False), w.astype(ct, copy=False))
     if b is not None:
         y += b.astype(ct, copy=False)
     return y.reshape(x.shape[0], x.shape[1], heads, dim).transpose(0, 2, 1, 3)     # [B,heads,S,dim]
@@ -111,14 +141,16 @@ def compute(inputs, attrs):
     n = _dims(s, attrs)
     x = s["x_q"]
     ct = np.dtype(np.float32) if x.dtype == np.float16 else x.dtype
-    q = _project(s, "q", n["heads"], n["d"], ct)
-    k = _project(s, "k", n["kv_heads"], n["d"], ct)
-    v = _project(s, "v", n["kv_heads"], n["dv"], ct)
+    q = _project(s, "q", n["heads"], n["d"], ct, attrs)
+    k = _project(s, "k", n["kv_heads"], n["d"], ct, attrs)
+    v = _project(s, "v", n["kv_heads"], n["dv"], ct, attrs)
     if n["rot"]:
         cos = s["rope_cos"].astype(ct)[:, None]
         sin = s["rope_sin"].astype(ct)[:, None]
         interleaved = bool(int(attrs.get("rotary_interleaved", 0)))
-        q, k = rotate(q, cos, sin, n["rot"], interleaved), rotate(k, cos, sin, n["rot"], interleaved)
+        q = rotate(q, cos, sin, n["rot"], interleaved)
+        if n["rotate_k"]:
+            k = rotate(k, cos, sin, n["rot"], interleaved)
     group = n["heads"] // n["kv_heads"]
     if group > 1:                                     # query head h reads KV head h // group
         k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
@@ -183,7 +215,7 @@ def work(inputs, outputs, attrs):
     if biases:
         result.add_vector("alu", biases)
     if n["rot"]:
-        result.add_vector("alu", 3 * b * (h * sq + hkv * skv) * n["rot"])
+        result.add_vector("alu", 3 * b * (h * sq + (hkv * skv if n["rotate_k"] else 0)) * n["rot"])
     result.add_vector("alu", scores)                          # scale
     for name in ("bias", "mask"):
         if s[name] is not None:

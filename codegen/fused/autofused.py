@@ -140,13 +140,13 @@ class SubGraph:
         if not self.symbols or any(isinstance(d, Dim) for shape in shapes if shape is not None for d in shape):
             return None
         values: dict = {}
-        for _ in range(2):         # a dim like B*S binds S once B is known from another input
-            for stored, shape in zip(self.inputs, shapes):
-                if stored is not None and shape is not None:
-                    why = bind(tuple(stored.shape), tuple(shape), values, self)
-                    if why is not None:
-                        raise InternalError(f"autofused kernel input of shape {list(shape)} does not match "
-                                            f"{list(stored.shape)}: {why}")
+        pairs = [(stored, shape) for stored, shape in zip(self.inputs, shapes) if stored is not None and shape is not None]
+        for last in [False] * len(pairs) + [True]:   # a dim like B*S (or P+S) binds once B (or S) is
+            for stored, shape in pairs:              # known from another input, whatever their order
+                why = bind(tuple(stored.shape), tuple(shape), values, self, defer=not last)
+                if why is not None:
+                    raise InternalError(f"autofused kernel input of shape {list(shape)} does not match "
+                                        f"{list(stored.shape)}: {why}")
         missing = set(self.symbols) - set(values)
         if missing:
             raise InternalError(f"autofused kernel: its inputs do not tell the dims {sorted(missing)}")

@@ -11,10 +11,13 @@ RotaryEmbedding node (ONNX opset 23, ge/ops/rotary.py; `interleaved` for the pai
 cos/sin caches [B|1, S, R/2] -- a token left out rotates by angle 0 (cos 1, sin 0) -- which
 the attention pass takes into its kernel, or which runs as one kernel.
 
-Recognised when x is [B, H, S, D] (heads before the sequence), cos and sin are constants
-that do not vary over the heads, and the two entries of each rotated pair are equal (halves
-for rotate_half: transformers builds them as cat(freqs, freqs); neighbours for the pair
-form); anything else stays as the exporter wrote it.
+Recognised when x is [B, H, S, D] (heads before the sequence), cos and sin do not vary over
+the heads, and the two entries of each rotated pair are equal (halves for rotate_half:
+transformers builds them as cat(freqs, freqs); neighbours for the pair form); anything else
+stays as the exporter wrote it.  The tables are constants (folded from the positions of a
+static export), or -- a decoder exported with position_ids -- computed at run time; then the
+halves are proved equal from the graph (`equal_halves`: elementwise ops over
+Concat(freqs, freqs)) and the op reads the first half through one Slice the layers share.
 """
 from __future__ import annotations
 
@@ -44,16 +47,75 @@ def _last_axis_slice(node: Optional[Node], source: Value) -> Optional[tuple]:
     return found[:2] if found is not None and found[2] == 1 else None
 
 
-def _mul_by_const(node: Optional[Node]) -> Optional[tuple]:
-    """(variable, constant) of a Mul with one constant operand."""
+def _mul_operands(node: Optional[Node]) -> list:
+    """The (variable, table) readings of a Mul: its constant operand is the table when it has
+    one; with two computed operands, either may be."""
     if node is None or node.op_type != "Mul":
-        return None
+        return []
     a, b = node.inputs
-    if b.is_const and not a.is_const:
-        return a, b
-    if a.is_const and not b.is_const:
-        return b, a
-    return None
+    if a.is_const and b.is_const:
+        return []
+    if b.is_const or a.is_const:
+        return [(a, b)] if b.is_const else [(b, a)]
+    return [(a, b), (b, a)]
+
+
+# Ops that keep "the two halves of every row are equal" of their input (a scalar constant
+# operand aside): what transformers applies to cat(freqs, freqs) to get its cos/sin tables.
+_ROW_PRESERVING = frozenset({"Cos", "Sin", "Neg", "Cast", "Identity", "Mul", "Div", "Add", "Sub"})
+
+
+def equal_halves(value: Value) -> bool:
+    """Proved: each row of `value` (its last axis) is [h, h] -- it is computed from
+    Concat(f, f) on the last axis by elementwise ops (with one-element constants) and views
+    that keep the last axis."""
+    for _ in range(16):
+        node = value.producer
+        if node is None:
+            return False
+        if node.op_type == "Concat":
+            rank = len(value.desc.shape)
+            return (len(node.inputs) == 2 and node.inputs[0] is node.inputs[1]
+                    and int(node.attrs.get("axis", 0)) % rank == rank - 1)
+        if node.op_type == "Reshape":
+            if node.inputs[0].desc.shape[-1] != value.desc.shape[-1]:
+                return False
+            value = node.inputs[0]
+            continue
+        if node.op_type not in _ROW_PRESERVING:
+            return False
+        variables = [v for v in node.inputs if v is not None and not v.is_const]
+        constants = [v for v in node.inputs if v is not None and v.is_const]
+        if len(variables) != 1 or any(c.const.size != 1 for c in constants) \
+                or tuple(variables[0].desc.shape) != tuple(value.desc.shape):
+            return False
+        value = variables[0]
+    return False
+
+
+def _computed_table(table: Value, shape: tuple) -> bool:
+    """A computed [B|1, 1, S, D] cos/sin table of x's [B, H, S, D] (the same for every head)
+    whose two halves are proved equal."""
+    t = tuple(table.desc.shape)
+    return (len(t) == 4 and t[1] == 1 and t[2] == shape[2] and t[3] == shape[3]
+            and (t[0] == 1 or t[0] == shape[0]) and table.desc.dtype is not None
+            and np.dtype(table.desc.dtype).kind == "f" and equal_halves(table))
+
+
+def half_table(graph: Graph, table: Value, origin: list) -> Value:
+    """The [B|1, S, D/2] first half of a computed [B|1, 1, S, D] table: a view, then a Slice
+    (shared by every rotation that reads the table)."""
+    b, _, seq, d = table.desc.shape
+    flat = next((u.outputs[0] for u, _ in table.uses if u.op_type == "Reshape"
+                 and list(u.attrs.get("shape", [])) == [b, seq, d]), None)
+    if flat is None:
+        flat = add_node(graph, "Reshape", [table], {"shape": [b, seq, d], "allowzero": 0},
+                        f"{table.name}/rows", origin).outputs[0]
+    attrs = {"starts": [0], "ends": [d // 2], "axes": [2], "steps": [1]}
+    half = next((u.outputs[0] for u, _ in flat.uses if u.op_type == "Slice" and u.attrs == attrs), None)
+    if half is None:
+        half = add_node(graph, "Slice", [flat], attrs, f"{table.name}/half", origin).outputs[0]
+    return half
 
 
 def _rotate_half_of(value: Value) -> Optional[Value]:
@@ -134,28 +196,37 @@ def half_cache(table: np.ndarray, shape: tuple, interleaved: bool = False) -> Op
 
 def match_rope(add: Node):
     """(x, cos cache, sin cache, interleaved, nodes) when `add` computes x*cos + rot(x)*sin,
-    rot being rotate_half or the pair rotation."""
+    rot being rotate_half or the pair rotation.  The caches are [B|1, S, R/2] arrays for
+    constant tables, or the computed [B|1, 1, S, R] table values (a decoder's, from its
+    position ids) when their halves are proved equal (see `half_table`)."""
     if len(add.inputs) != 2:
         return None
     for first, second in ((0, 1), (1, 0)):
-        plain, rotated = _mul_by_const(add.inputs[first].producer), _mul_by_const(add.inputs[second].producer)
-        if plain is None or rotated is None:
-            continue
-        x, cos = plain
-        interleaved = _rotate_half_of(rotated[0]) is not x
-        if (_rotate_pairs_of(rotated[0]) if interleaved else x) is not x or len(x.desc.shape) != 4:
-            continue
-        shape = tuple(x.desc.shape)
-        cos_c, sin_c = half_cache(cos.const, shape, interleaved), half_cache(rotated[1].const, shape, interleaved)
-        if cos_c is None or sin_c is None or cos_c.shape != sin_c.shape:
-            continue
-        nodes = [add, add.inputs[first].producer, add.inputs[second].producer]
-        if interleaved:
-            nodes += _pair_nodes(rotated[0])
-        else:
-            cat = rotated[0].producer
-            nodes += [cat, cat.inputs[0].producer, cat.inputs[0].producer.inputs[0].producer, cat.inputs[1].producer]
-        return x, cos_c, sin_c, interleaved, nodes
+        plain_node, rotated_node = add.inputs[first].producer, add.inputs[second].producer
+        for x, cos in _mul_operands(plain_node):
+            for rotated, sin in _mul_operands(rotated_node):
+                interleaved = _rotate_half_of(rotated) is not x
+                if (_rotate_pairs_of(rotated) if interleaved else x) is not x or len(x.desc.shape) != 4:
+                    continue
+                shape = tuple(x.desc.shape)
+                if cos.is_const and sin.is_const:
+                    cos_c, sin_c = half_cache(cos.const, shape, interleaved), half_cache(sin.const, shape, interleaved)
+                    if cos_c is None or sin_c is None or cos_c.shape != sin_c.shape:
+                        continue
+                elif interleaved or cos.is_const or sin.is_const or \
+                        not (_computed_table(cos, shape) and _computed_table(sin, shape)) or \
+                        tuple(cos.desc.shape) != tuple(sin.desc.shape):
+                    continue
+                else:
+                    cos_c, sin_c = cos, sin
+                nodes = [add, plain_node, rotated_node]
+                if interleaved:
+                    nodes += _pair_nodes(rotated)
+                else:
+                    cat = rotated.producer
+                    nodes += [cat, cat.inputs[0].producer, cat.inputs[0].producer.inputs[0].producer,
+                              cat.inputs[1].producer]
+                return x, cos_c, sin_c, interleaved, nodes
     return None
 
 
@@ -180,8 +251,13 @@ class RotaryEmbedding(Rewrite):
             if cat is not None:
                 nodes += [x.producer, cat, cat.inputs[1].producer]
                 target, source = cat.outputs[0], full
-        cos = graph.constant(f"{add.name}/cos_cache", cos_c.astype(dtype))
-        sin = graph.constant(f"{add.name}/sin_cache", sin_c.astype(dtype))
+        if isinstance(cos_c, Value):               # computed tables: their first halves
+            if np.dtype(cos_c.desc.dtype) != np.dtype(dtype):
+                return False
+            cos, sin = half_table(graph, cos_c, [cos_c.producer]), half_table(graph, sin_c, [sin_c.producer])
+        else:
+            cos = graph.constant(f"{add.name}/cos_cache", cos_c.astype(dtype))
+            sin = graph.constant(f"{add.name}/sin_cache", sin_c.astype(dtype))
         attrs = {"interleaved": int(interleaved), "rotary_embedding_dim": int(rot) if source is not x else 0}
         node = add_node(graph, "RotaryEmbedding", [source, cos, sin], attrs, f"{add.name}/RotaryEmbedding", nodes)
         replace_value(graph, target, node.outputs[0])

@@ -5,12 +5,14 @@ from ge.passes.contract import run_passes
 from ge.passes.dead_code import DeadCodeElimination
 from ge.passes.eliminate_identity import EliminateIdentity
 from ge.passes.infer_and_fold import InferShapesAndFoldConstants
+from ge.passes.nonempty_dims import NonEmptyDims
 
 GENERIC_PASSES = (
     EliminateIdentity(),
     InferShapesAndFoldConstants(),
     EliminateIdentity(),          # folding can expose Cast-to-same-type
     DeadCodeElimination(),
+    NonEmptyDims(),               # sizes a live Reshape's inferred -1 proves >= 1
 )
 
 
