@@ -319,3 +319,27 @@ def test_float8_and_int4_qdq_matmul_after_fusion(x_type, w_type):
     assert not [n for n in graph.nodes if "Quant" in n.op_type and "Fusion" in n.op_type]
     got = run_ir(graph, {"x": x})["y"]
     np.testing.assert_allclose(got, run_ort(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_quantize_shape_rules_never_build_input_sized_parameters():
+    """A shape rule needs the parameters' shapes, not an input-sized copy of them: a blocked
+    scale of a 16 GiB input, or a graph-input scale that large, must not allocate 16 GiB at
+    compile time (the seed-5 fuzz run: E19999 MemoryError in QuantizeLinear's shape rule)."""
+    import tracemalloc
+
+    from ge.ops.registry import TensorType, get_op
+
+    big = TensorType(np.dtype(np.float32), (65536, 65536))
+    tracemalloc.start()
+    try:
+        for op_type, scale_attr in (("QuantizeLinear", "y_scale"), ("DequantizeLinear", "x_scale")):
+            x = big if op_type == "QuantizeLinear" else TensorType(np.dtype(np.int8), big.shape)
+            blocked = {scale_attr: np.ones((65536, 1), np.float32), "axis": 1, "block_size": 65536}
+            assert get_op(op_type).infer([x, None, None], blocked)[0].shape == big.shape
+            # the scale is a graph input as large as x: stood in by a view, refused for its shape
+            with pytest.raises(AtcError) as err:
+                get_op(op_type).infer([x, big, None], {"axis": 1, "block_size": 3})
+            assert err.value.code == "E16004"
+        assert tracemalloc.get_traced_memory()[1] < 64 << 20
+    finally:
+        tracemalloc.stop()

@@ -66,9 +66,11 @@ def quant_dtype(op_type: str, zero_point: Optional[np.ndarray], output_dtype: in
     return dtype
 
 
-def broadcast_param(op_type: str, value: np.ndarray, shape: tuple, axis: int = 1, block_size: int = 0) -> np.ndarray:
+def broadcast_param(op_type: str, value: np.ndarray, shape: tuple, axis: int = 1, block_size: int = 0,
+                    check_only: bool = False) -> np.ndarray:
     """A scale or zero point shaped to broadcast against a tensor of `shape`: per-tensor stays a
-    scalar, per-axis becomes [.., C, ..], blocked is repeated `block_size` times along `axis`."""
+    scalar, per-axis becomes [.., C, ..], blocked is repeated `block_size` times along `axis`.
+    `check_only`: a shape rule's call -- validate, but never build the input-sized repeat."""
     value = np.asarray(value)
     rank = len(shape)
     if block_size:
@@ -83,6 +85,8 @@ def broadcast_param(op_type: str, value: np.ndarray, shape: tuple, axis: int = 1
         if block_size < 0 or value.shape != expect:
             raise invalid_attr(op_type, "block_size", block_size, f"blocked parameters must have shape "
                                f"{list(expect)} for input {list(shape)}, got {list(value.shape)}.")
+        if check_only:
+            return value
         return np.repeat(value, int(block_size), axis=axis)[tuple(
             slice(0, int(shape[axis])) if i == axis else slice(None) for i in range(rank))]
     if value.size == 1 and value.ndim <= 1:
@@ -166,7 +170,9 @@ def _stand_ins(inputs: list, attrs: dict, config: tuple) -> dict:
                if attrs.get(attr) is None and i < len(inputs) and inputs[i] is not None}
     if not missing:
         return attrs
-    return {**attrs, **{attr: (np.zeros if "zero_point" in attr else np.ones)(tuple(t.shape), t.dtype)
+    # A zero-stride view: one element however large the input (a 16 GiB graph-input scale must
+    # not allocate 16 GiB in a shape rule; the fuzz run with seed 5 found it).
+    return {**attrs, **{attr: np.broadcast_to(np.array(0 if "zero_point" in attr else 1, t.dtype), tuple(t.shape))
                         for attr, t in missing.items()}}
 
 
@@ -198,7 +204,7 @@ def quantize_linear_infer(inputs, attrs):
     scale, zp = _quant_attrs(attrs, "y_scale", "y_zero_point")
     _check_scale("QuantizeLinear", scale)
     axis, block = int(attrs.get("axis", 1)), int(attrs.get("block_size", 0))
-    broadcast_param("QuantizeLinear", scale, x.shape, axis, block)
+    broadcast_param("QuantizeLinear", scale, x.shape, axis, block, check_only=True)
     if zp is not None and zp.shape != scale.shape and not zp.size == scale.size == 1:
         raise AtcError("E16004", f"QuantizeLinear: zero point shape {list(zp.shape)} differs from scale shape "
                        f"{list(scale.shape)}.", "Give the zero point the scale's shape.")
@@ -208,6 +214,8 @@ def quantize_linear_infer(inputs, attrs):
 
 
 def _check_float8_zero_point(op_type: str, zp, dtype) -> None:
+    if zp is not None and zp.ndim and zp.size and not any(zp.strides):    # a stand-in: one value
+        zp = zp[(0,) * zp.ndim]
     if dtype in FLOAT8_QUANT_TYPES and zp is not None and np.any(zp.astype(F32) != 0):
         raise AtcError("E16004", f"{op_type}: a float8 zero point must be 0.", "Give a zero point of 0.")
 
@@ -237,7 +245,8 @@ def dequantize_linear_infer(inputs, attrs):
     if zp is not None and zp.shape != scale.shape and not zp.size == scale.size == 1:     # as QuantizeLinear
         raise AtcError("E16004", f"DequantizeLinear: zero point shape {list(zp.shape)} differs from scale shape "
                        f"{list(scale.shape)}.", "Give the zero point the scale's shape.")
-    broadcast_param("DequantizeLinear", scale, x.shape, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)))
+    broadcast_param("DequantizeLinear", scale, x.shape, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)),
+                    check_only=True)
     return [TensorType(np.dtype(scale.dtype), tuple(x.shape))]
 
 
