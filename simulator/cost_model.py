@@ -75,6 +75,7 @@ class Chip:
     l0_a_size: float
     l0_b_size: float
     l0_c_size: float
+    l0c_tile_rows: float                  # M extent of the output tile a core accumulates in L0C
     ubblock_size: float                   # bytes: also the C0 channel block (32 B: 16 fp16)
     small_channel_c0: float               # channels per C0 block under --enable_small_channel
     cube_output_via_vector: float         # 1: L0C results reach UB through the vector unit
@@ -435,11 +436,11 @@ def _split_grid(cores: int) -> tuple:
 
 
 def l0c_tile(chip: Chip) -> tuple:
-    """(rows, columns) of the output tile a core accumulates in one double-buffered L0C: 128
-    rows and as many whole fractal columns as fit (310P3: 128 x 256; 910B2: 128 x 128).  One
-    shape for every problem (smaller problems use its corner), so a larger problem never gets
-    a tile shape a smaller one could not use."""
-    rows = 128
+    """(rows, columns) of the output tile a core accumulates in one double-buffered L0C:
+    `l0c_tile_rows` rows (chip data: 128) and as many whole fractal columns as fit (310P3:
+    128 x 256; 910B2: 128 x 128).  One shape for every problem (smaller problems use its
+    corner), so a larger problem never gets a tile shape a smaller one could not use."""
+    rows = int(chip.l0c_tile_rows)
     cols = max(chip.cube_n_size, (chip.l0c_tile_elements // rows) // chip.cube_n_size * chip.cube_n_size)
     return rows, int(cols)
 
