@@ -31,8 +31,9 @@ class AtcError(Exception):
         self.solution = solution
 
     def __reduce__(self):
-        """Copy and pickle by state, whatever a subclass's __init__ takes (errors cross process
-        boundaries in runner.run_many)."""
+        """Copy and pickle by state, whatever a subclass's __init__ takes (copy.copy, and any
+        caller that sends errors between processes; runner.run_many's workers send theirs as
+        (code, message, solution), simulator/workers.py)."""
         return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
 
     def render(self) -> str:

@@ -663,59 +663,52 @@ def forward(model: Model, feeds: dict, run: Optional[DynamicRun] = None,
 
 # --------------------------------------------------------------------------- many inputs
 
-_WORKER: dict = {}
-
-
-def _worker_init(path: str, soc_version: str, gear: Optional[int]) -> None:
-    blas.set_threads(1)                 # the parallelism is the processes
-    model = load_model(path, soc_version, prepare_kernels=gear is None)
-    _WORKER["model"] = model.for_gear(gear) if gear is not None else model
-
-
-def _worker_forward(feeds: dict) -> tuple:
-    model = _WORKER["model"]
-    host_memory.keep_freed_memory()
-    t0 = time.perf_counter()
-    outputs = _as_recorded(model, execute, model.plan, feeds)
-    return outputs, (time.perf_counter() - t0) * 1e3
-
-
 @dataclass
 class ManyResult:
     outputs: list                      # one {output name: array} per input set, in order
     host_time_ms: dict                 # stats of the per-inference numpy time
     host_samples_ms: list              # the per-inference numpy times, in input order
-    wall_s: float                      # the whole run, start-up of the workers included
+    wall_s: float                      # the whole run, model load and worker start-up included
     workers: int
+    per_worker: list = field(default_factory=list)   # workers.WorkerStats, this process first
 
 
 def run_many(path: str, input_sets: list, workers: int = 0, soc_version: str = "",
-             gear: Optional[int] = None) -> ManyResult:
+             gear: Optional[int] = None, model: Optional[Model] = None,
+             blas_threads: Optional[int] = None) -> ManyResult:
     """Run the .om at `path` (its gear `gear`, for a gear model) once per input set (a list
-    of {input name: array}), spread over `workers` processes (default: the free cores), each
-    with its own copy of the model and one BLAS thread, so N cores give close to N times the
-    inferences per second of one.  Outputs come back in input order.  atc-sim's dataset mode
-    (`--input` folders, one file per inference) runs on this.  With one worker, or one input
-    set, everything runs in this process."""
+    of {input name: array}), spread over `workers` processes (default: the free cores) of one
+    BLAS thread each, so N cores give close to N times the inferences per second of one.
+    `model`, already loaded (a Session's), is used as it is instead of loading `path` again.
+    The model is prepared here, once, and the workers are forked from this process after
+    that (simulator/workers.py): they share its constants and start at once.  Outputs come
+    back in input order.  atc-sim's dataset mode (`--input` folders, one file per inference)
+    runs on this.  With one worker everything runs in this process, its BLAS threads fitted
+    to the free cores (or `blas_threads`)."""
+    from simulator import workers as forked
+
     t0 = time.perf_counter()
     workers = max(1, min(workers or blas.free_cores(), len(input_sets)))
-    if workers == 1:
-        model = load_model(path, soc_version, prepare_kernels=gear is None)
+    if not forked.can_fork():
+        workers = 1
+    if model is None:
+        model = load_model(path, soc_version, prepare_kernels=False)
         model = model.for_gear(gear) if gear is not None else model
+    _as_recorded(model, lambda: model.plan)           # prepared before any worker exists
+    if workers == 1:
         outputs, times = [], []
         for feeds in input_sets:
             t1 = time.perf_counter()
-            outputs.append(forward(model, feeds))
+            outputs.append(forward(model, feeds, blas_threads=blas_threads))
             times.append((time.perf_counter() - t1) * 1e3)
-        return ManyResult(outputs, stats_ms(times) if times else {}, times, time.perf_counter() - t0, 1)
-    import multiprocessing
-
-    # spawn, not fork: a forked child inherits a BLAS thread pool whose threads it does not have
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, initializer=_worker_init, initargs=(path, soc_version, gear)) as pool:
-        results = pool.map(_worker_forward, input_sets, chunksize=max(1, len(input_sets) // (4 * workers)))
-    times = [r[1] for r in results]
-    return ManyResult([r[0] for r in results], stats_ms(times), times, time.perf_counter() - t0, workers)
+        stats = [forked.WorkerStats(len(times), 0.0, times, list(range(len(times))))]
+        return ManyResult(outputs, stats_ms(times) if times else {}, times, time.perf_counter() - t0, 1, stats)
+    host_memory.keep_freed_memory()
+    outputs, stats = forked.run_forked(lambda feeds: _as_recorded(model, execute, model.plan, feeds),
+                                       input_sets, workers)
+    by_index = {k: t for s in stats for k, t in zip(s.indices, s.forward_ms)}
+    times = [by_index[k] for k in sorted(by_index)]
+    return ManyResult(outputs, stats_ms(times), times, time.perf_counter() - t0, workers, stats)
 
 
 # --------------------------------------------------------------------------- outputs

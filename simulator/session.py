@@ -254,7 +254,8 @@ class InferSession:
         if timings is None:
             timings = self._timings[index] = runner._as_recorded(self.model, runner.simulate_tasks, self.model)
         npu_ms = sum(t.duration_us for t in timings) / 1e3
-        result = runner.run_many(self.model_path, feeds_list, workers, self.model.chip.soc_version, gear=index)
+        result = runner.run_many(self.model_path, feeds_list, workers, self.model.chip.soc_version, gear=index,
+                                 model=self.model)
         self._npu_ms.extend([npu_ms] * len(feeds_list))
         self._host_ms.extend(result.host_samples_ms)
         if index is not None:

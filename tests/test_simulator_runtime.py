@@ -122,7 +122,7 @@ def test_run_many_reports_a_bad_input_with_its_code(om):
 
 
 def test_atc_errors_survive_pickling():
-    """A worker's error reaches the caller of run_many through pickling."""
+    """An AtcError (a subclass too) copies and pickles by its state."""
     err = pickle.loads(pickle.dumps(AtcError("E10001", "msg", "fix")))
     assert (err.code, err.message, err.solution) == ("E10001", "msg", "fix")
 

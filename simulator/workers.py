@@ -1,0 +1,255 @@
+"""Many inferences of one prepared model, spread over forked worker processes.
+
+Why fork, after preparation: the workers used to be spawned -- a fresh interpreter each,
+importing numpy, onnx and our modules, reading the .om and preparing its kernels again --
+0.5-0.8 s per worker before its first forward, which on 24 ResNet-50 inputs ate the whole
+gain of the second core.  A forked worker starts with the parent's loaded and prepared
+model: its constants (the .om's weights, in their kernels' dtypes) are shared copy-on-write,
+never copied or re-read, and its first forward costs what a steady one does.
+
+Why no pickle: the children inherit the inputs, so nothing goes to them; their outputs come
+back as raw bytes in a file per worker in a private temporary folder, each array after a
+short JSON header (index, name, dtype, shape, byte count) that the parent checks before it
+believes a size -- strings in GE's DT_STRING layout (om_format.attrs), ml_dtypes types by
+name from an allow-list.  An error travels the same way as (code, message, solution).
+
+Scheduling: a shared counter hands each worker the next input, so a worker slowed by a busy
+neighbour simply takes fewer (fixed chunks would make the run wait for the slowest).  The
+calling process works too (it would only wait otherwise), so N workers are N - 1 forks.
+
+Threads: every worker runs one BLAS thread -- the parallelism is the processes; two
+processes of two BLAS threads each on two cores fight over them.  Forking is safe only if
+no other thread holds a lock the child needs: the child touches numpy, our executor and
+file writes only, and OpenBLAS shuts its own thread pool down around fork (pthread_atfork).
+"""
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from ge.errors import AtcError
+from om_format.attrs import STRING, string_bytes, strings_from_bytes
+from simulator import blas, host_memory
+
+MAX_HEADER = 1 << 16          # a record's JSON header: index, name, dtype, shape -- never more
+
+try:
+    import ml_dtypes
+except ImportError:  # pragma: no cover - onnx installs ml_dtypes
+    ml_dtypes = None
+
+
+def can_fork() -> bool:
+    return hasattr(os, "fork")
+
+
+@dataclass
+class WorkerStats:
+    """What one worker did: how many inputs (their indices), how long from the start of the
+    run to its first forward (start-up), and its forward times."""
+    inputs: int = 0
+    start_ms: float = 0.0
+    forward_ms: list = field(default_factory=list)
+    indices: list = field(default_factory=list)
+
+
+def _dtype_of(name: str) -> np.dtype:
+    """A dtype named in a result header: numpy's own numeric types, str, or an ml_dtypes type."""
+    if name == "str":
+        return STRING
+    opaque = getattr(ml_dtypes, name, None) if ml_dtypes is not None else None
+    if opaque is not None and isinstance(opaque, type):
+        return np.dtype(opaque)
+    dtype = np.dtype(name)
+    if dtype.kind not in "biufc":
+        raise ValueError(f"unexpected dtype {name!r}")
+    return dtype
+
+
+def _write_record(f, header: dict, payload: bytes) -> None:
+    text = json.dumps(header).encode()
+    f.write(len(text).to_bytes(4, "little") + text + payload)
+
+
+def _write_outputs(f, index: int, outputs: dict) -> None:
+    for name, array in outputs.items():
+        array = np.asarray(array)
+        if array.dtype == STRING:
+            payload, dtype = string_bytes(array), "str"
+        else:
+            payload, dtype = np.ascontiguousarray(array).tobytes(), array.dtype.name
+        _write_record(f, {"index": index, "name": name, "dtype": dtype, "shape": list(array.shape),
+                          "bytes": len(payload)}, payload)
+    _write_record(f, {"index": index, "done": True}, b"")
+
+
+def _read_exact(f, n: int, path: str) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise ValueError(f"{path}: truncated record ({len(data)} of {n} bytes)")
+    return data
+
+
+def _read_results(path: str, count: int) -> tuple:
+    """({index: {name: array}}, [error dicts], WorkerStats) from one worker's file; every size
+    is checked against the data before it is used."""
+    results, errors, stats, current = {}, [], WorkerStats(), {}
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        while f.tell() < size:
+            length = int.from_bytes(_read_exact(f, 4, path), "little")
+            if not 0 < length <= MAX_HEADER:
+                raise ValueError(f"{path}: record header of {length} bytes")
+            header = json.loads(_read_exact(f, length, path))
+            if "error" in header:
+                errors.append(header["error"])
+                continue
+            if "stats" in header:
+                stats = WorkerStats(**header["stats"])
+                continue
+            index = header["index"]
+            if not isinstance(index, int) or not 0 <= index < count:
+                raise ValueError(f"{path}: input index {index!r} out of range")
+            if header.get("done"):
+                results[index], current = current, {}
+                continue
+            shape, nbytes = tuple(header["shape"]), header["bytes"]
+            if any(not isinstance(d, int) or d < 0 for d in shape) or not 0 <= nbytes <= size - f.tell():
+                raise ValueError(f"{path}: output {header['name']!r} of shape {list(shape)}, {nbytes} bytes")
+            data = _read_exact(f, nbytes, path)
+            dtype = _dtype_of(header["dtype"])
+            if dtype == STRING:
+                array = strings_from_bytes(data, shape, header["name"])
+            else:
+                if nbytes != math.prod(shape) * dtype.itemsize:
+                    raise ValueError(f"{path}: {nbytes} bytes for {header['dtype']} {list(shape)}")
+                array = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+            current[header["name"]] = array
+    return results, errors, stats
+
+
+def _error_record(index: int, exc: BaseException) -> dict:
+    if isinstance(exc, AtcError):
+        return {"index": index, "code": exc.code, "message": exc.message, "solution": exc.solution}
+    return {"index": index, "code": "E19999", "message": f"A worker process failed on input {index}: "
+            + "".join(traceback.format_exception_only(type(exc), exc)).strip(), "solution": "Report the model."}
+
+
+def _work(forward: Callable[[dict], dict], input_sets: list, counter, t0: float, sink) -> WorkerStats:
+    """Take the next input from `counter` until none is left; each result goes to `sink`."""
+    stats = WorkerStats()
+    while True:
+        with counter.get_lock():
+            index = counter.value
+            counter.value = index + 1
+        if index >= len(input_sets):
+            return stats
+        if not stats.inputs:
+            stats.start_ms = (time.perf_counter() - t0) * 1e3
+        t1 = time.perf_counter()
+        try:
+            outputs = forward(input_sets[index])
+        except Exception as exc:
+            with counter.get_lock():         # the others stop taking inputs
+                counter.value = len(input_sets)
+            sink(index, None, exc)
+            return stats
+        stats.forward_ms.append((time.perf_counter() - t1) * 1e3)
+        stats.indices.append(index)
+        stats.inputs += 1
+        sink(index, outputs, None)
+
+
+def _child(forward, input_sets, counter, t0: float, path: str) -> int:
+    blas.set_threads(1)
+    host_memory.keep_freed_memory()
+    with open(path, "wb") as f:
+        def sink(index, outputs, exc):
+            if exc is not None:
+                _write_record(f, {"error": _error_record(index, exc)}, b"")
+            else:
+                _write_outputs(f, index, outputs)
+        stats = _work(forward, input_sets, counter, t0, sink)
+        _write_record(f, {"stats": stats.__dict__}, b"")
+    return 0
+
+
+def _fork() -> int:
+    with warnings.catch_warnings():     # Python 3.12+ warns of any thread (OpenBLAS's): see the module docstring
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
+def run_forked(forward: Callable[[dict], dict], input_sets: list, workers: int) -> tuple:
+    """Run `forward` (one inference of an already prepared model) on every input set, over
+    `workers` processes: this one and `workers - 1` forks.  Returns (outputs in input order,
+    [WorkerStats of each worker, this process first]); the first failing input's error is
+    raised (an AtcError as it was raised in the worker)."""
+    t0 = time.perf_counter()
+    counter = multiprocessing.get_context("fork").Value("q", 0)
+    folder = tempfile.mkdtemp(prefix="atc_sim_workers_")
+    children = {}
+    outputs, errors = {}, []
+
+    def keep(index, result, exc):
+        if exc is not None:
+            errors.append((index, exc))
+        else:
+            outputs[index] = result
+
+    try:
+        for k in range(1, workers):
+            path = os.path.join(folder, f"worker{k}.bin")
+            pid = _fork()
+            if pid == 0:                     # the child: never returns into the caller's stack
+                code = 1
+                try:
+                    code = _child(forward, input_sets, counter, t0, path)
+                finally:
+                    os._exit(code)
+            children[pid] = path
+        before = blas.threads()
+        blas.set_threads(1)
+        try:
+            own = _work(forward, input_sets, counter, t0, keep)
+        finally:
+            if before:
+                blas.set_threads(before)
+        stats = [own]
+        for pid, path in list(children.items()):
+            _, status = os.waitpid(pid, 0)
+            del children[pid]
+            results, failed, child_stats = _read_results(path, len(input_sets)) if os.path.exists(path) else ({}, [], None)
+            if status != 0 and not failed:
+                raise AtcError("E19999", f"A worker process ended with status {status} "
+                               f"({'signal ' + str(os.WTERMSIG(status)) if os.WIFSIGNALED(status) else 'exit ' + str(os.WEXITSTATUS(status))}).",
+                               "Report the model; run with fewer inputs or one worker to see the failure.")
+            outputs.update(results)
+            errors.extend((e["index"], AtcError(e["code"], e["message"], e["solution"])) for e in failed)
+            stats.append(child_stats or WorkerStats())
+    finally:
+        for pid in children:                 # the caller was interrupted: stop what we started
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+        shutil.rmtree(folder, ignore_errors=True)
+    if errors:
+        raise min(errors, key=lambda e: e[0])[1]
+    missing = [k for k in range(len(input_sets)) if k not in outputs]
+    if missing:
+        raise AtcError("E19999", f"No result came back for input(s) {missing[:5]}.", "Report the model.")
+    return [outputs[k] for k in range(len(input_sets))], stats

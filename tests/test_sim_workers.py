@@ -1,0 +1,140 @@
+"""Dataset mode's worker processes (simulator/workers.py): forked after the model is prepared,
+one BLAS thread each, inputs handed out one at a time, results back through files (never a
+pickle), errors and dying workers reported with their codes."""
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from ge.errors import AtcError
+from om_format.attrs import STRING
+from simulator import blas, runner, workers
+
+pytestmark = pytest.mark.skipif(not workers.can_fork(), reason="no fork on this platform")
+
+
+def _sets(n):
+    return [{"x": np.full((2, 3), k, np.float32)} for k in range(n)]
+
+
+def test_inputs_spread_over_this_process_and_forks_in_input_order():
+    parent = os.getpid()
+
+    def forward(feeds):           # long enough that every worker has started before the inputs run out
+        time.sleep(0.1)
+        return {"y": feeds["x"] * 2, "pid": np.array(os.getpid())}
+
+    outputs, stats = workers.run_forked(forward, _sets(9), 3)
+    assert [float(o["y"][0, 0]) for o in outputs] == [2.0 * k for k in range(9)]
+    pids = {int(o["pid"]) for o in outputs}
+    assert parent in pids and len(pids) == 3 and len(stats) == 3 and stats[0].inputs >= 1
+    assert sum(s.inputs for s in stats) == 9
+    assert sorted(k for s in stats for k in s.indices) == list(range(9))
+    for s in stats:
+        assert len(s.forward_ms) == s.inputs
+
+
+def test_each_worker_runs_one_blas_thread_and_this_process_gets_its_threads_back():
+    if blas.threads() is None:
+        pytest.skip("no OpenBLAS reachable in this numpy build")
+    before = blas.set_threads(2)
+    try:
+        outputs, _ = workers.run_forked(lambda f: {"threads": np.array(blas.threads())}, _sets(6), 2)
+        assert {int(o["threads"]) for o in outputs} == {1}
+        assert blas.threads() == 2
+    finally:
+        blas.set_threads(before)
+
+
+def test_every_dtype_comes_back_exactly_without_pickle():
+    import ml_dtypes
+
+    def forward(feeds):
+        k = int(feeds["x"][0, 0])
+        return {"f16": np.arange(6, dtype=np.float16).reshape(2, 3) + k,
+                "bf16": np.array([1.5, -2.0, np.nan], dtype=ml_dtypes.bfloat16),
+                "b": np.array([True, False]), "i64": np.array(2**40 + k, dtype=np.int64),
+                "empty": np.zeros((0, 4), np.float32), "c64": np.array([1 + 2j], np.complex64),
+                "s": np.array([["a", "ü" * k], ["", "x\x00y"]], dtype=STRING)}
+
+    got, _ = workers.run_forked(forward, _sets(4), 2)
+    for k, outputs in enumerate(got):
+        want = forward({"x": np.full((2, 3), k)})
+        for name, array in want.items():
+            assert outputs[name].dtype == array.dtype and outputs[name].shape == array.shape, name
+            if array.dtype == STRING:
+                assert outputs[name].tolist() == array.tolist()
+            else:
+                assert outputs[name].tobytes() == np.ascontiguousarray(array).tobytes(), name
+
+
+def test_the_first_failing_input_raises_its_own_error_code():
+    def forward(feeds):
+        k = int(feeds["x"][0, 0])
+        if k in (3, 5):
+            raise AtcError("E10001", f"input {k} is bad", "fix it")
+        return {"y": feeds["x"]}
+
+    with pytest.raises(AtcError) as err:
+        workers.run_forked(forward, _sets(8), 2)
+    assert err.value.code == "E10001" and "input 3" in err.value.message
+
+
+def test_a_worker_that_dies_is_reported_not_waited_for():
+    parent = os.getpid()
+
+    def forward(feeds):
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.1)            # the fork takes an input before this process has done them all
+        return {"y": feeds["x"]}
+
+    with pytest.raises(AtcError) as err:
+        workers.run_forked(forward, _sets(6), 2)
+    assert err.value.code == "E19999" and "signal 9" in err.value.message
+
+
+def test_a_damaged_result_file_is_refused_before_its_sizes_are_used(tmp_path):
+    path = tmp_path / "w.bin"
+    with open(path, "wb") as f:
+        workers._write_outputs(f, 0, {"y": np.ones((2, 2), np.float32)})
+    good = path.read_bytes()
+    assert workers._read_results(str(path), 1)[0][0]["y"].shape == (2, 2)
+    path.write_bytes(good[:-40])                        # truncated inside the array
+    with pytest.raises(ValueError):
+        workers._read_results(str(path), 1)
+    path.write_bytes(good.replace(b"[2, 2]", b"[9, 9]"))   # a shape the bytes do not hold
+    with pytest.raises(ValueError):
+        workers._read_results(str(path), 1)
+    path.write_bytes(good)
+    with pytest.raises(ValueError):                      # an index beyond the inputs
+        workers._read_results(str(path), 0)
+    path.write_bytes((1 << 30).to_bytes(4, "little") + b"{}")
+    with pytest.raises(ValueError):
+        workers._read_results(str(path), 1)
+
+
+def test_run_many_forks_after_preparing_and_never_reloads_the_model(tmp_path, monkeypatch):
+    from atc_py import zoo
+    import cli as atc_cli
+
+    onnx_path = zoo.save("resnet50", str(tmp_path), small=True)
+    assert atc_cli.main([f"--model={onnx_path}", "--framework=5", f"--output={tmp_path / 'r'}",
+                         "--soc_version=Ascend310P3", "--log=error"]) == 0
+    om = str(tmp_path / "r.om")
+    model = runner.load_model(om)
+    sets = [runner.random_inputs(model.graph, seed) for seed in range(5)]
+    want = runner.run_many(om, sets, workers=1, model=model).outputs
+
+    def no_reload(*args, **kwargs):
+        raise AssertionError("a worker loaded or prepared the model again")
+
+    monkeypatch.setattr(runner, "load_model", no_reload)
+    monkeypatch.setattr(runner, "prepare", no_reload)
+    many = runner.run_many(om, sets, workers=2, model=model)
+    assert many.workers == 2 and len(many.per_worker) == 2 and many.host_time_ms["count"] == 5
+    for got, ref in zip(many.outputs, want):
+        for name in ref:
+            np.testing.assert_array_equal(got[name], ref[name])
