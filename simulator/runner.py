@@ -102,8 +102,9 @@ class Model:
 def load_model(path: str, soc_version: str = "", prepare_kernels: bool = True) -> Model:
     """Load the .om (E10003 if damaged) and the chip data: `soc_version` overrides the one
     recorded in the .om.  A gear model comes back as the view of its first gear.
-    `prepare_kernels` readies the numeric executor now (constants in their kernels' dtypes),
-    so the first forward costs what the others do; pricing-only callers skip it."""
+    `prepare_kernels` readies the numeric executor now (constants in their kernels' dtypes,
+    the allocator's thresholds, the BLAS library found), so the first forward costs what the
+    others do; pricing-only callers skip it."""
     loaded = load_om_model(path)
     soc = soc_version or loaded.soc_version
     if not soc:
@@ -116,6 +117,8 @@ def load_model(path: str, soc_version: str = "", prepare_kernels: bool = True) -
         check_budget(model.for_gear(index), current_budget())
     if prepare_kernels:
         _as_recorded(model, lambda: model.plan)
+        host_memory.keep_freed_memory()      # once per process: not the first forward's to pay
+        blas.threads()                       # finds the BLAS library (reads /proc/self/maps) once
     return model
 
 
