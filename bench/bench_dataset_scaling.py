@@ -18,8 +18,11 @@ machine's load hits every row alike:
 Per row: the median over the rounds of the inferences per second on the wall clock (model
 load and worker start-up included, as a user sees it) and of the forward-only rate (the sum
 over the workers of 1000 / their median ms per forward), each as a multiple of its own
-1-thread row; the workers' start-up (ms from the call to each worker's first forward) and
-the load average before and after: on a shared machine the figure says what the other
+1-thread row; the median CPU ms per forward (a worker's thread; one process's all threads
+for the 1-process rows), which grows with N only through what the processes share -- caches
+and memory bandwidth -- and which other processes' time slices do not inflate; the workers'
+start-up (ms from the call to each worker's first forward) and the load average before and
+after: on a shared machine the figure says what the other
 processes left free, so read it with the load.
 
     python3 bench/bench_dataset_scaling.py [--model resnet50] [--inputs 24] [--workers 2] [--rounds 3]
@@ -50,6 +53,11 @@ def compile_om(name: str, workdir: str, small: bool) -> tuple:
 def forward_rate(per_worker) -> float:
     """Inferences per second the workers' forwards alone allow: sum of 1000 / median ms."""
     return sum(1000.0 / statistics.median(w.forward_ms) for w in per_worker if w.forward_ms)
+
+
+def cpu_ms(per_worker) -> float:
+    """Median CPU ms per forward over all workers (all of a process's threads for one worker)."""
+    return statistics.median(t for w in per_worker for t in w.cpu_ms)
 
 
 def run_sim(om: str, sets: list, workers: int, blas_threads=None) -> tuple:
@@ -106,6 +114,7 @@ def main(argv=None) -> int:
         rows.update({f"ort {n} procs": (lambda n=n: run_ort(onnx_path, sets, n)) for n in counts})
     walls = {k: [] for k in rows}
     forwards = {k: [] for k in rows}
+    cpus = {k: [] for k in rows}
     starts = {k: [] for k in rows}
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path, om = compile_om(args.model, tmp, args.small)
@@ -116,17 +125,19 @@ def main(argv=None) -> int:
                 wall, fwd, per_worker = timed()
                 walls[key].append(wall)
                 forwards[key].append(fwd)
+                cpus[key].append(cpu_ms(per_worker))
                 starts[key].append([round(w.start_ms) for w in per_worker])
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{args.model}{' (small)' if args.small else ''}: {args.inputs} inferences per run, "
           f"{args.rounds} rounds, median over the rounds; scaling = the row / its own 1-thread row")
-    print(f"{'':>14} {'inferences/s':>12} {'scaling':>8} {'forward-only/s':>14} {'scaling':>8}  "
+    print(f"{'':>14} {'inferences/s':>12} {'scaling':>8} {'forward-only/s':>14} {'scaling':>8} {'CPU ms/fwd':>10}  "
           f"rounds (inferences/s); workers' start-up ms (last round)")
     for key in rows:
         base = key.split()[0] + " 1 thread"
         wall, fwd = statistics.median(walls[key]), statistics.median(forwards[key])
         base_wall, base_fwd = statistics.median(walls[base]), statistics.median(forwards[base])
-        print(f"{key:>14} {wall:>12.2f} {wall / base_wall:>7.2f}x {fwd:>14.2f} {fwd / base_fwd:>7.2f}x  "
+        print(f"{key:>14} {wall:>12.2f} {wall / base_wall:>7.2f}x {fwd:>14.2f} {fwd / base_fwd:>7.2f}x "
+              f"{statistics.median(cpus[key]):>10.1f}  "
               + " ".join(f"{x:.2f}" for x in walls[key]) + f"; {starts[key][-1]}")
     return 0
 

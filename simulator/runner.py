@@ -699,12 +699,13 @@ def run_many(path: str, input_sets: list, workers: int = 0, soc_version: str = "
         model = model.for_gear(gear) if gear is not None else model
     _as_recorded(model, lambda: model.plan)           # prepared before any worker exists
     if workers == 1:
-        outputs, times = [], []
+        outputs, times, cpu = [], [], []
         for feeds in input_sets:
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()     # BLAS threads may be several
             outputs.append(forward(model, feeds, blas_threads=blas_threads))
             times.append((time.perf_counter() - t1) * 1e3)
-        stats = [forked.WorkerStats(len(times), 0.0, times, list(range(len(times))))]
+            cpu.append((time.process_time() - c1) * 1e3)
+        stats = [forked.WorkerStats(len(times), 0.0, times, list(range(len(times))), cpu)]
         return ManyResult(outputs, stats_ms(times) if times else {}, times, time.perf_counter() - t0, 1, stats)
     host_memory.keep_freed_memory()
     outputs, stats = forked.run_forked(lambda feeds: _as_recorded(model, execute, model.plan, feeds),

@@ -58,11 +58,14 @@ def can_fork() -> bool:
 @dataclass
 class WorkerStats:
     """What one worker did: how many inputs (their indices), how long from the start of the
-    run to its first forward (start-up), and its forward times."""
+    run to its first forward (start-up), and its forward times, wall and CPU (the CPU time
+    of its thread: what a busy neighbour's time slices do not inflate, while sharing the
+    caches and memory with it still does)."""
     inputs: int = 0
     start_ms: float = 0.0
     forward_ms: list = field(default_factory=list)
     indices: list = field(default_factory=list)
+    cpu_ms: list = field(default_factory=list)
 
 
 def _dtype_of(name: str) -> np.dtype:
@@ -158,7 +161,7 @@ def _work(forward: Callable[[dict], dict], input_sets: list, counter, t0: float,
             return stats
         if not stats.inputs:
             stats.start_ms = (time.perf_counter() - t0) * 1e3
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         try:
             outputs = forward(input_sets[index])
         except Exception as exc:
@@ -167,6 +170,7 @@ def _work(forward: Callable[[dict], dict], input_sets: list, counter, t0: float,
             sink(index, None, exc)
             return stats
         stats.forward_ms.append((time.perf_counter() - t1) * 1e3)
+        stats.cpu_ms.append((time.thread_time() - c1) * 1e3)
         stats.indices.append(index)
         stats.inputs += 1
         sink(index, outputs, None)

@@ -33,7 +33,8 @@ def test_inputs_spread_over_this_process_and_forks_in_input_order():
     assert sum(s.inputs for s in stats) == 9
     assert sorted(k for s in stats for k in s.indices) == list(range(9))
     for s in stats:
-        assert len(s.forward_ms) == s.inputs
+        assert len(s.forward_ms) == len(s.cpu_ms) == s.inputs
+        assert all(c < w for c, w in zip(s.cpu_ms, s.forward_ms))       # asleep, not computing
 
 
 def test_each_worker_runs_one_blas_thread_and_this_process_gets_its_threads_back():
