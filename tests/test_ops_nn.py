@@ -92,13 +92,61 @@ def test_conv_winograd(xs, ws, bias, attrs):
     check("Conv", [x, w] + ([rand(ws[0])] if bias else []), attrs, rtol=1e-4, atol=1e-5)
 
 
+# ... and with at least winograd.MIN_F4_TILES 4x4 output tiles: F(4x4, 3x3), whose transforms
+# (4, 5, 8, 1/6, 1/24) round ~10x worse than F2's: bounded at 1e-5 of the output's scale here
+# (simulator/COMPARE.md's fp32 tolerance for a whole model is 1e-4).
+WINOGRAD_F4_CASES = [
+    ((1, 16, 28, 28), (8, 16, 3, 3), True, {"pads": [1, 1, 1, 1]}),               # whole tiles
+    ((2, 3, 25, 27), (4, 3, 3, 3), True, {"pads": [1, 1, 1, 1]}),                 # cropped tiles, batch 2
+    ((1, 5, 27, 30), (3, 5, 3, 3), False, {"pads": [2, 0, 1, 2]}),                # uneven pads
+    ((1, 3, 26, 25), (4, 3, 3, 3), True, {"auto_pad": "SAME_UPPER"}),
+    ((1, 3, 30, 29), (4, 3, 3, 3), True, {}),                                     # no padding
+]
+
+
+@pytest.mark.parametrize("xs,ws,bias,attrs", WINOGRAD_F4_CASES)
+def test_conv_winograd_f4(xs, ws, bias, attrs):
+    from ge.ops import winograd
+    from ge.ops.nn import _window_geometry
+    inputs = [rand(*xs), rand(*ws)] + ([rand(ws[0])] if bias else [])
+    out = _window_geometry(xs[2:], [3, 3], attrs).out
+    assert winograd.applies(np.float32, ws, 1, [1, 1], [1, 1], out) and winograd.tiling_for(out) is winograd.F4
+    expected = run_ort_op("Conv", inputs, attrs, 18)[0]
+    got = get_op("Conv").compute(inputs, dict(attrs))[0]
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+    half = [x.astype(np.float16) for x in inputs]
+    got16 = get_op("Conv").compute(half, dict(attrs))[0]
+    ref16 = run_ort_op("Conv", [x.astype(np.float32) for x in half], attrs, 18)[0]
+    assert got16.dtype == np.float16
+    np.testing.assert_allclose(got16.astype(np.float32), ref16, rtol=1e-2, atol=1e-2 * np.abs(ref16).max())
+
+
+@pytest.mark.parametrize("tiling", ["F2", "F4"])
+def test_winograd_rounding_on_resnet_shapes(tiling):
+    """Against a float64 reference on a ResNet-50 layer-2 shape (128 channels, 28x28, ReLU'd
+    input, He-scaled weights): F2 rounds like the direct product, F4 within 1e-5 of scale."""
+    from ge.ops import winograd
+    rng = np.random.default_rng(1)
+    x = np.maximum(rng.standard_normal((1, 128, 28, 28)), 0).astype(np.float32)
+    w = (rng.standard_normal((128, 128, 3, 3)) * np.sqrt(2 / (9 * 128))).astype(np.float32)
+    b = rng.standard_normal(128).astype(np.float32)
+    got = winograd.conv3x3(x, w, (1, 1), (28, 28), b, getattr(winograd, tiling))
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (1, 1), (1, 1)])
+    windows = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+    ref = np.einsum("nchwij,ocij->nohw", windows, w.astype(np.float64)) + b.reshape(1, -1, 1, 1)
+    error = np.abs(got - ref).max() / np.abs(ref).max()
+    assert error < (2e-6 if tiling == "F2" else 1e-5)
+
+
 def test_winograd_weights_are_transformed_once_per_array():
     from ge.ops import winograd
     w = rand(4, 3, 3, 3)
     u = winograd.transformed_weights(w)
     assert u.shape == (16, 4, 3) and u.dtype == np.float32
     assert winograd.transformed_weights(w) is u                  # the executor's constant: reused
-    key = id(w)
+    key = (id(w), 2)
+    assert key in winograd._weights
     del w                                                        # and dropped with the weights
     assert key not in winograd._weights
 

@@ -92,12 +92,13 @@ def _conv_block(s: dict, attrs: dict) -> np.ndarray:
     xa = x.astype(acc, copy=False)
     if attrs.get("input_scale"):
         xa = xa * s["scale"].astype(acc, copy=False)
-    y = get_op("Conv").compute([xa, w], attrs)[0]       # widened there; w stays the constant the executor keeps
+    # the bias goes to the conv, which adds it where it costs least (a Winograd conv: on one
+    # transform point); w stays the constant the executor keeps (widened there)
+    y = get_op("Conv").compute([xa, w] + ([b] if b is not None else []), attrs)[0]
     if attrs.get("residual_conv"):
         y += get_op("Conv").compute([s["res_x"].astype(acc, copy=False), s["res_w"].astype(acc, copy=False)],
                                     residual_conv_attrs(attrs))[0]
-    bias = b.reshape((-1,) + (1,) * (y.ndim - 2)) if b is not None else None
-    return epilogue.apply(y, attrs, bias, s["residual"], x.dtype, owned=True)     # y is this kernel's own
+    return epilogue.apply(y, attrs, None, s["residual"], x.dtype, owned=True)     # y is this kernel's own
 
 
 def _conv_block_type(s: dict, attrs: dict) -> TensorType:

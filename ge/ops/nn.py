@@ -2,7 +2,7 @@
 
 Convolution goes through im2col + one BLAS matmul per call (grouped convs batch their groups
 in the same matmul); float32 3x3 stride-1 convs with enough output pixels take Winograd's
-F(2x2, 3x3) instead (ge/ops/winograd.py: 2.25x fewer multiplies); depthwise convs take a
+F(4x4, 3x3) or F(2x2, 3x3) instead (ge/ops/winograd.py: 4x or 2.25x fewer multiplies); depthwise convs take a
 tap loop of vectorised multiply-adds instead, because a 1-row GEMM per channel wastes BLAS.
 Pooling loops over kernel taps (at most prod(kernel_shape) vectorised passes, a MaxPool
 without Indices one axis at a time), never over pixels.  float16 inputs of matrix ops are
@@ -256,9 +256,7 @@ def conv_compute(inputs, attrs):
     cg, mg = c // group, cout // group
     p = math.prod(out)
     if winograd.applies(ct, w.shape, group, strides, dilations, out):
-        y = winograd.conv3x3(x, inputs[1], begin, out)        # U cached per weight array as given
-        if b is not None:
-            y += b.astype(ct, copy=False).reshape(_bias_shape(nd))
+        y = winograd.conv3x3(x, inputs[1], begin, out, b)     # U cached per weight array as given
         return [_to_result(y, out_dtype)]
     xp = _pad_spatial(x, begin, end, 0)
     if group > 1 and cg == 1:
@@ -291,7 +289,7 @@ def conv_prepare(inputs, attrs) -> None:
         return
     if winograd.applies(_compute_dtype(x.dtype), w.shape, int(attrs.get("group", 1)), win.strides, win.dilations,
                         win.out):
-        winograd.transformed_weights(w)
+        winograd.transformed_weights(w, winograd.tiling_for(win.out))
 
 
 def _kernel_and_bias_check(op, inputs, attrs, channels_out):

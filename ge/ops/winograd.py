@@ -1,55 +1,94 @@
-"""3x3 stride-1 convolution by Winograd's minimal filtering F(2x2, 3x3): each 2x2 output tile
-from a 4x4 input tile with 16 multiplies per channel pair instead of 36.
+"""3x3 stride-1 convolution by Winograd's minimal filtering: F(2x2, 3x3) (each 2x2 output
+tile from a 4x4 input tile, 16 multiplies per channel pair instead of 36) and F(4x4, 3x3)
+(each 4x4 tile from a 6x6 input tile, 36 multiplies instead of 144).
 
 Why: the numeric executor spends most of a CNN forward in BLAS GEMMs, and the 3x3 stride-1
-convs are 37% of ResNet-50's multiplies.  F(2x2, 3x3) turns a conv into 16
-independent GEMMs (one per point of the 4x4 transform domain) of 2.25x fewer multiplies in
-all, and replaces the 9x im2col copy of the input with a 4x transform of it.  Its
-transforms hold only 0, +-1 and +-1/2, so its rounding stays at the level of the direct
-product (measured on ResNet-50's shapes: max error / max |y| 4-7e-7 against a float64
-reference, im2col 4-6e-7); larger tiles (F(4x4, 3x3)) would need fewer multiplies but cost
-more transform passes than they save in numpy and round 10-20x worse.
+convs are 37% of ResNet-50's multiplies.  A Winograd conv is one GEMM per point of the
+transform domain (16 or 36), 2.25x (F2) or 4x (F4) fewer multiplies in all, and replaces
+im2col's 9x copy of the input with a 4x (F2) or 2.25x (F4) transform of it.  The
+transforms are a few passes of whole-array adds in numpy, so the tiling that costs least
+depends on the shape: F4 where its GEMMs stay wide enough (measured on ResNet-50's
+shapes, one BLAS thread: layer1/layer2's 56x56 and 28x28 convs 30-40% faster than F2),
+F2 on smaller maps, im2col (ge/ops/nn.py) below MIN_TILES.
 
-Layout: V[p] (C, N*tiles) for transform point p, U[p] (C_out, C) the transformed weights,
-M[p] = U[p] @ V[p]; the output transform writes the four pixels of each tile straight into
-the NCHW output.  U is computed in float64 once per weight array and kept as long as the
-array lives (the executor hands each kernel the same constant every forward, and has the
-conv kernels compute it when it loads the model: `OpDef.prepare`).
+Numerics: F2's transforms hold only 0, +-1 and +-1/2 (max error / max |y| 4-7e-7 against a
+float64 reference on ResNet-50's shapes, im2col 4-6e-7).  F4's hold 4, 5, 8 and 1/6, 1/24,
+so it rounds ~5-10x worse (measured on those shapes: 2-4e-6; tests/test_ops_nn.py bounds
+it), still 25x under the fp32 compare tolerance (simulator/COMPARE.md: 1e-4 of scale).
+
+Layout: the input tiles are gathered once as D (a, a, C, N*tiles) (a = 4 or 6 tile rows and
+columns), transformed in place along their two tile axes (B^T d B), multiplied point by
+point by U (a*a, C_out, C), the transformed weights, and the output tiles (A^T m A) are
+scattered into the NCHW output.  U is computed in float64 once per weight array and kept as
+long as the array lives (the executor hands each kernel the same constant every forward, and
+has the conv kernels compute it when it loads the model: `OpDef.prepare`).  A bias is added
+to one transform point only (the one A^T maps to every output pixel of a tile), 1/a^2 of the
+adds a pass over the output would take.
 """
 from __future__ import annotations
 
 import weakref
+from typing import NamedTuple
 
 import numpy as np
 
-# Lavin & Gray's F(2x2, 3x3): Y = A^T [(G g G^T) * (B^T d B)] A
-_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 
-# Below this many 2x2 output tiles per image the 16 GEMMs are too thin for BLAS (ResNet-50's
+class Tiling(NamedTuple):
+    """F(m x m, 3x3): m output pixels per tile side from a = m + 2 input pixels."""
+    m: int
+    bt: np.ndarray          # (a, a) input transform B^T
+    g: np.ndarray           # (a, 3) weight transform G
+    at: np.ndarray          # (m, a) output transform A^T
+    bias_point: int         # the column of A^T that is all ones
+
+
+F2 = Tiling(2, np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
+            np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+            np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64), 1)
+# Lavin & Gray's F(4x4, 3x3), interpolation points 0, +-1, +-2
+F4 = Tiling(4, np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                         [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
+            np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                      [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+            np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+                     np.float64), 1)
+
+# Below this many 2x2 output tiles per image the F2 GEMMs are too thin for BLAS (ResNet-50's
 # 7x7 convs: 16 tiles, 10% slower than im2col; its 14x14 convs: 49 tiles, 15% faster).
 MIN_TILES = 36
+# F4 from this many 4x4 output tiles per image on (ResNet-50's 28x28 maps: 49 tiles; its
+# 14x14 maps, 16 tiles of which 23% are padding, are faster in F2).
+MIN_F4_TILES = 36
 
-_weights: dict = {}           # id(weight array) -> (weakref to it, U)
+_weights: dict = {}           # (id(weight array), m) -> (weakref to it, U)
+
+
+def _tiles(out, m: int) -> int:
+    return -(-out[0] // m) * -(-out[1] // m)
 
 
 def applies(dtype, w_shape, group: int, strides, dilations, out) -> bool:
     """Whether conv_compute takes this path: computing in float32, 2-D, one group, 3x3
     kernel, stride and dilation 1, enough tiles."""
     return (np.dtype(dtype) == np.float32 and len(w_shape) == 4 and group == 1 and tuple(w_shape[2:]) == (3, 3)
-            and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1)
-            and ((out[0] + 1) // 2) * ((out[1] + 1) // 2) >= MIN_TILES)
+            and tuple(strides) == (1, 1) and tuple(dilations) == (1, 1) and _tiles(out, 2) >= MIN_TILES)
 
 
-def transformed_weights(w: np.ndarray) -> np.ndarray:
-    """U = G g G^T for every (C_out, C) pair, as (16, C_out, C) float32; cached per array."""
-    key = id(w)
+def tiling_for(out) -> Tiling:
+    """The tiling a conv with output spatial size `out` (one that `applies`) takes."""
+    return F4 if _tiles(out, 4) >= MIN_F4_TILES else F2
+
+
+def transformed_weights(w: np.ndarray, tiling: Tiling = F2) -> np.ndarray:
+    """U = G g G^T for every (C_out, C) pair, as (a*a, C_out, C) float32; cached per array."""
+    key = (id(w), tiling.m)
     hit = _weights.get(key)
     if hit is not None and hit[0]() is w:
         return hit[1]
-    g = np.empty((3, 3) + w.shape[:2])                             # float64, taps first
-    g[...] = np.moveaxis(w, (2, 3), (0, 1))
-    u = _apply_g(_apply_g(g).swapaxes(0, 1)).swapaxes(0, 1)       # G g G^T: rows, then columns
-    u = np.ascontiguousarray(u.reshape(16, w.shape[0], w.shape[1]), dtype=np.float32)
+    g = np.moveaxis(np.asarray(w, np.float64), (2, 3), (0, 1))              # (3, 3, C_out, C)
+    u = np.einsum("ik,jl,klab->ijab", tiling.g, tiling.g, g)                 # G g G^T
+    a = tiling.m + 2
+    u = np.ascontiguousarray(u.reshape(a * a, w.shape[0], w.shape[1]), dtype=np.float32)
     try:
         ref = weakref.ref(w, lambda _, key=key: _weights.pop(key, None))
     except TypeError:          # not weak-referenceable: computed again next time
@@ -58,60 +97,97 @@ def transformed_weights(w: np.ndarray) -> np.ndarray:
     return u
 
 
-def _apply_g(g: np.ndarray) -> np.ndarray:
-    """G @ g along the first axis (3 -> 4), as the few adds G's rows stand for."""
-    outer = g[0] + g[2]
-    out = np.empty((4,) + g.shape[1:])
-    out[0], out[3] = g[0], g[2]
-    np.add(outer, g[1], out=out[1])
-    np.subtract(outer, g[1], out=out[2])
-    out[1:3] *= 0.5
-    return out
+def _transform(matrix: np.ndarray, src, dst, tmp) -> None:
+    """dst[i] = sum_j matrix[i, j] * src[j] for arrays of one shape: per output, the terms of
+    each coefficient magnitude summed first (with their signs) and scaled once, so that a
+    row like (d3 + d4) - 4 (d1 + d2) costs four whole-array operations.  `tmp` is scratch of
+    the same shape."""
+    for i, row in enumerate(matrix):
+        out = dst[i]
+        groups: dict = {}
+        for j, c in enumerate(row):
+            if c:
+                groups.setdefault(abs(float(c)), []).append((c > 0, src[j]))
+        first = True
+        for mag, terms in sorted(groups.items(), key=lambda kv: kv[0] != 1.0):   # unit terms first
+            target = out if first else tmp
+            positive = _signed_sum(terms, target)
+            if mag != 1.0:
+                np.multiply(target, mag if positive else -mag, out=target)
+                positive = True
+            if first:
+                if not positive:
+                    np.negative(out, out=out)
+                first = False
+            elif positive:
+                out += tmp
+            else:
+                out -= tmp
 
 
-def conv3x3(x: np.ndarray, w: np.ndarray, begin, out) -> np.ndarray:
-    """y = conv(x, w) (N, C_out, *out), stride 1, x padded by `begin` before (and by zeros
-    after, as far as `out` needs)."""
+def _signed_sum(terms, out) -> bool:
+    """out = +-sum of the signed terms; returns the sign of what was written (False: out
+    holds the negated sum)."""
+    positive = [t for s, t in terms if s]
+    negative = [t for s, t in terms if not s]
+    if positive:
+        rest = positive[1:]
+        if rest:
+            np.add(positive[0], rest[0], out=out)
+            rest = rest[1:]
+        elif negative:
+            np.subtract(positive[0], negative[0], out=out)
+            negative = negative[1:]
+        else:
+            np.copyto(out, positive[0])
+        for t in rest:
+            out += t
+        for t in negative:
+            out -= t
+        return True
+    if len(negative) > 1:
+        np.add(negative[0], negative[1], out=out)
+    else:
+        np.copyto(out, negative[0])
+    for t in negative[2:]:
+        out += t
+    return False
+
+
+def conv3x3(x: np.ndarray, w: np.ndarray, begin, out, bias=None, tiling: Tiling = None) -> np.ndarray:
+    """y = conv(x, w) (+ bias) (N, C_out, *out), stride 1, x padded by `begin` before (and by
+    zeros after, as far as `out` needs); float32 in and out."""
+    tiling = tiling or tiling_for(out)
+    m, a = tiling.m, tiling.m + 2
     n, c = x.shape[:2]
-    u = transformed_weights(w)
+    u = transformed_weights(w, tiling)
     cout = u.shape[1]
-    th, tw = (out[0] + 1) // 2, (out[1] + 1) // 2
-    rows, cols = 2 * th + 2, 2 * tw + 2
-    xp = np.zeros((n, c, rows, cols), np.float32)
-    h, wd = min(x.shape[2], rows - begin[0]), min(x.shape[3], cols - begin[1])
+    th, tw = -(-out[0] // m), -(-out[1] // m)
+    xp = np.zeros((n, c, m * th + 2, m * tw + 2), np.float32)
+    h, wd = min(x.shape[2], xp.shape[2] - begin[0]), min(x.shape[3], xp.shape[3] - begin[1])
     xp[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + wd] = x[:, :, :h, :wd]
 
-    # input transform B^T d B, rows first (whole padded rows), then columns
-    d = [xp[:, :, i:i + 2 * th:2, :] for i in range(4)]
-    t = np.empty((4, n, c, th, cols), np.float32)
-    np.subtract(d[0], d[2], out=t[0])
-    np.add(d[1], d[2], out=t[1])
-    np.subtract(d[2], d[1], out=t[2])
-    np.subtract(d[1], d[3], out=t[3])
-    v = np.empty((4, 4, c, n, th, tw), np.float32)
-    for i in range(4):
-        e = [t[i][..., j:j + 2 * tw:2] for j in range(4)]
-        vi = v[i].transpose(0, 2, 1, 3, 4)                      # (4, N, C, th, tw) view of V
-        np.subtract(e[0], e[2], out=vi[0])
-        np.add(e[1], e[2], out=vi[1])
-        np.subtract(e[2], e[1], out=vi[2])
-        np.subtract(e[1], e[3], out=vi[3])
+    # gather the overlapping a x a input tiles as (a, a, C, N, th, tw), then B^T d B in place
+    s = xp.strides
+    tiles = np.lib.stride_tricks.as_strided(xp, (a, a, c, n, th, tw), (s[2], s[3], s[1], s[0], m * s[2], m * s[3]),
+                                            writeable=False)
+    d = np.ascontiguousarray(tiles).reshape(a, a, c * n * th * tw)
+    t = np.empty_like(d)
+    _transform(tiling.bt, d, t, np.empty_like(d[0]))                         # rows: d[i] is (a, L)
+    _transform(tiling.bt, t.swapaxes(0, 1), d.swapaxes(0, 1), np.empty_like(t[:, 0]))   # columns
+    prod = np.matmul(u, d.reshape(a * a, c, n * th * tw)).reshape(a, a, cout * n * th * tw)
+    if bias is not None:
+        point = prod[tiling.bias_point, tiling.bias_point].reshape(cout, -1)
+        point += np.asarray(bias, np.float32).reshape(cout, 1)
 
-    m = np.matmul(u, v.reshape(16, c, n * th * tw)).reshape(4, 4, cout, n, th, tw)
-
-    # output transform A^T m A, rows first, each tile's 2x2 pixels written in place
-    r0 = np.add(m[0], m[1])
-    r0 += m[2]
-    r1 = np.subtract(m[1], m[2])
-    r1 -= m[3]
-    y = np.empty((n, cout, 2 * th, 2 * tw), np.float32)
-    for a, r in enumerate((r0, r1)):
-        ya = y[:, :, a::2, :].transpose(1, 0, 2, 3)             # (C_out, N, th, 2 tw)
-        even, odd = ya[..., 0::2], ya[..., 1::2]
-        np.add(r[0], r[1], out=even)
-        even += r[2]
-        np.subtract(r[1], r[2], out=odd)
-        odd -= r[3]
-    if (2 * th, 2 * tw) != tuple(out):
+    # A^T m A, rows then columns, in compact (m, m, C_out, N, th, tw) tiles, then scattered
+    r = np.empty((m,) + prod.shape[1:], np.float32)
+    _transform(tiling.at, prod, r, np.empty_like(prod[0]))
+    yt = np.empty((m, m) + prod.shape[2:], np.float32)
+    _transform(tiling.at, r.swapaxes(0, 1), yt.swapaxes(0, 1), np.empty_like(r[:, 0]))
+    y = np.empty((n, cout, th, m, tw, m), np.float32)
+    np.copyto(y.transpose(3, 5, 1, 0, 2, 4), yt.reshape(m, m, cout, n, th, tw))
+    y = y.reshape(n, cout, m * th, m * tw)
+    if (m * th, m * tw) != tuple(out):
         y = y[:, :, :out[0], :out[1]]
     return y
