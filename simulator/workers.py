@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -52,7 +53,9 @@ except ImportError:  # pragma: no cover - onnx installs ml_dtypes
 
 
 def can_fork() -> bool:
-    return hasattr(os, "fork")
+    """Linux only: macOS's system libraries (Accelerate, Objective-C) are not fork-safe with
+    threads alive, which is why Python spawns there; elsewhere there is no fork at all."""
+    return hasattr(os, "fork") and sys.platform.startswith("linux")
 
 
 @dataclass
@@ -235,11 +238,16 @@ def run_forked(forward: Callable[[dict], dict], input_sets: list, workers: int) 
         for pid, path in list(children.items()):
             _, status = os.waitpid(pid, 0)
             del children[pid]
-            results, failed, child_stats = _read_results(path, len(input_sets)) if os.path.exists(path) else ({}, [], None)
-            if status != 0 and not failed:
-                raise AtcError("E19999", f"A worker process ended with status {status} "
-                               f"({'signal ' + str(os.WTERMSIG(status)) if os.WIFSIGNALED(status) else 'exit ' + str(os.WEXITSTATUS(status))}).",
-                               "Report the model; run with fewer inputs or one worker to see the failure.")
+            if status != 0:                  # its file may end inside a record: not read
+                how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                       else f"exit status {os.WEXITSTATUS(status)}")
+                raise AtcError("E19999", f"A worker process ended with {how} before it finished its inputs.",
+                               "Report the model; run with one worker to see the failure.")
+            try:
+                results, failed, child_stats = _read_results(path, len(input_sets))
+            except (OSError, ValueError) as exc:
+                raise AtcError("E19999", f"A worker's results could not be read back: {exc}",
+                               "Check the free space of the temporary folder (TMPDIR).") from exc
             outputs.update(results)
             errors.extend((e["index"], AtcError(e["code"], e["message"], e["solution"])) for e in failed)
             stats.append(child_stats or WorkerStats())

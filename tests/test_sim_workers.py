@@ -96,6 +96,16 @@ def test_a_worker_that_dies_is_reported_not_waited_for():
         workers.run_forked(forward, _sets(6), 2)
     assert err.value.code == "E19999" and "signal 9" in err.value.message
 
+    def exits(feeds):              # a library calling exit() in a worker
+        if os.getpid() != parent:
+            os._exit(3)
+        time.sleep(0.1)
+        return {"y": feeds["x"]}
+
+    with pytest.raises(AtcError) as err:
+        workers.run_forked(exits, _sets(6), 2)
+    assert err.value.code == "E19999" and "exit status 3" in err.value.message
+
 
 def test_a_damaged_result_file_is_refused_before_its_sizes_are_used(tmp_path):
     path = tmp_path / "w.bin"
