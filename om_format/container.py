@@ -18,11 +18,13 @@ import io
 import os
 import struct
 import tempfile
+import time
 from dataclasses import dataclass, field, fields
 from typing import BinaryIO, Callable, Iterator, Optional, Union
 
 from google.protobuf.message import DecodeError
 
+from om_format import cores
 from om_format.errors import OmFormatError
 from om_format.schema import ModelDef, ModelTaskDef
 from om_format.weights import CHUNK_BYTES, WeightsBuilder, byte_view  # noqa: F401  (WeightsBuilder re-exported)
@@ -145,37 +147,47 @@ def _chunks(data) -> Iterator[memoryview]:
 
 
 def _spare_core() -> bool:
-    """True when this machine has a core no other runnable task wants (the 1-minute load
-    average, this process included, is at least a core below the core count)."""
-    try:
-        return (os.cpu_count() or 1) - os.getloadavg()[0] >= 1.0
-    except OSError:
-        return False
+    """True when a core besides the one running this thread is free now (om_format.cores),
+    so a chunk can be hashed on a second thread while this one writes it."""
+    return cores.free_cores() >= 2
 
 
 class _HashingWriter:
-    """Writes chunks to a file and feeds them to SHA-256 in the same pass.
+    """Writes chunks to a file and feeds them to SHA-256 in the same pass: every byte is
+    hashed once, from the caller's buffer (views, never copies), by hashlib's OpenSSL code.
 
     With a core to spare, a large chunk is hashed on a second thread while it is written
     (both release the GIL), so hashing costs no time of its own.  On a busy machine the
     second thread only adds work (both threads then read every byte from memory); there each
     chunk is hashed and written a cache-sized piece at a time, so the write reads what the
     hash just brought into the cache: 10% less CPU for a 4.4 GB .om on this project's shared
-    2-core machine (bench/RESULTS.md, memory section)."""
+    2-core machine (bench/RESULTS.md, memory section).  Whether a core is spare is asked
+    again every _RECHECK_S while a large .om is written (a neighbour may start or stop), unless
+    the caller fixes it with `threaded`."""
 
     _OVERLAP = 1 << 20
     _PIECE = 256 << 10
+    _RECHECK_S = 0.25
 
     def __init__(self, f: BinaryIO, total: int, on_bytes: Optional[Callable[[int, int], None]] = None,
                  on_chunk: Optional[Callable[[memoryview], None]] = None, threaded: Optional[bool] = None):
         self.f, self.total, self.on_bytes, self.on_chunk = f, total, on_bytes, on_chunk
         self.sha = hashlib.sha256()
         self.written = 0
-        self.threaded = _spare_core() if threaded is None else threaded
+        self._fixed = threaded
+        self._spare, self._asked_at = False, None
         self._pool = None
 
+    def _threaded(self) -> bool:
+        if self._fixed is not None:
+            return self._fixed
+        now = time.monotonic()
+        if self._asked_at is None or now - self._asked_at >= self._RECHECK_S:
+            self._spare, self._asked_at = _spare_core(), now
+        return self._spare
+
     def write(self, chunk) -> None:
-        if len(chunk) >= self._OVERLAP and self.threaded:
+        if len(chunk) >= self._OVERLAP and self._threaded():
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="om-sha256")
             hashed = self._pool.submit(self.sha.update, chunk)

@@ -20,49 +20,16 @@ import os
 from functools import lru_cache
 from typing import Optional
 
+# "Is a core free?" has one answer in the project (om_format/cores.py); re-exported here for
+# the executor's callers.
+from om_format.cores import busy_elsewhere, free_cores, usable_cores  # noqa: F401
+
 _SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
             "openblas_set_num_threads64_", "openblas_set_num_threads")
 _GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
             "openblas_get_num_threads64_", "openblas_get_num_threads")
 _CONFIGS = ("scipy_openblas_get_config64_", "scipy_openblas_get_config", "openblas_get_config64_",
             "openblas_get_config")
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity mask; cgroup CPU limits are not read)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def _own_running_threads() -> int:
-    try:
-        count = 0
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
-                # state is the field after the ")" that closes the thread name
-                if f.read().rsplit(b")", 1)[1].split()[0] == b"R":
-                    count += 1
-        return count
-    except OSError:
-        return 1
-
-
-def busy_elsewhere() -> int:
-    """Runnable threads of other processes right now (/proc/loadavg's running count minus
-    our own); 0 where /proc is not available."""
-    try:
-        with open("/proc/loadavg") as f:
-            running = int(f.read().split()[3].split("/")[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-    return max(0, running - _own_running_threads())
-
-
-def free_cores() -> int:
-    """Usable cores minus those other processes are running on, at least 1."""
-    return max(1, usable_cores() - busy_elsewhere())
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,61 @@
+"""How many of the cores this process may use are free right now -- the one answer to "is a
+core free?" for the whole project.
+
+Two callers need it: the .om writer (om_format.container), which hashes a chunk on a second
+thread while it writes it only when a second core is free, and the simulator's numeric
+executor (simulator/blas.py, runner.py), which runs one BLAS thread or worker process per free
+core.  Both ask the same question, so they get the same answer: the cores in this process's
+affinity mask (cgroup CPU limits are not read) minus the threads of other processes that are
+runnable at this instant (/proc/loadavg's running count, less this process's own running
+threads).  An instant count, not the 1-minute load average: the average trails a neighbour
+that has just started or stopped by a minute, and it counts tasks sleeping on I/O.  Callers
+that run long re-ask (before every forward; every fraction of a second while writing).
+
+It lives in om_format, the bottom layer, because the .om writer needs it and nothing of ours
+may sit below the writer; it imports nothing of ours.
+"""
+from __future__ import annotations
+
+import os
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask; cgroup CPU limits are not read)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def running_tasks(loadavg_text: str) -> int:
+    """The count of runnable tasks in a /proc/loadavg line ("0.52 0.58 0.59 3/467 12345" -> 3)."""
+    return int(loadavg_text.split()[3].split("/")[0])
+
+
+def own_running_threads() -> int:
+    """This process's threads that are runnable now (at least the one asking)."""
+    try:
+        count = 0
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                # state is the field after the ")" that closes the thread name
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"R":
+                    count += 1
+        return max(1, count)
+    except (OSError, IndexError):
+        return 1
+
+
+def busy_elsewhere() -> int:
+    """Runnable threads of other processes right now; 0 where /proc is not available."""
+    try:
+        with open("/proc/loadavg") as f:
+            running = running_tasks(f.read())
+    except (OSError, ValueError, IndexError):
+        return 0
+    return max(0, running - own_running_threads())
+
+
+def free_cores() -> int:
+    """Usable cores minus those other processes are running on, at least 1 (the caller's own)."""
+    return max(1, usable_cores() - busy_elsewhere())
