@@ -388,8 +388,13 @@ class Graph:
     # -- order and invariants -------------------------------------------------------------
     def topological_sort(self) -> None:
         """Stable topological order (Kahn, ties broken by current position).  Raises
-        E19010-style AtcError on a cycle."""
+        E19010-style AtcError on a cycle.  A graph already in order (most are: the pass loop
+        sorts after every pass, and most passes keep the order) is left as it is, which is
+        what the sort would give it, found in one pass over the edges."""
         position = {id(n): i for i, n in enumerate(self.nodes)}
+        if all(position.get(id(v.producer), -1) < i for i, n in enumerate(self.nodes) for v in n.inputs
+               if v is not None and v.producer is not None):
+            return
         indegree = {id(n): 0 for n in self.nodes}
         for node in self.nodes:
             producers = {id(v.producer) for v in node.inputs

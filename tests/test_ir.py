@@ -47,6 +47,49 @@ def test_topological_sort_and_cycle():
     assert err.value.code == "E16005"
 
 
+def _kahn(nodes):
+    """The sort's definition, written out: Kahn's algorithm, ties broken by position."""
+    position = {id(n): i for i, n in enumerate(nodes)}
+    pending = {id(n): {id(v.producer) for v in n.inputs if v is not None and v.producer is not None
+                       and id(v.producer) in position} for n in nodes}
+    order = []
+    while len(order) < len(nodes):
+        ready = [n for n in nodes if n not in order and not pending[id(n)] - {id(m) for m in order}]
+        order.append(min(ready, key=lambda n: position[id(n)]))
+    return order
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_topological_sort_is_kahn_by_position_and_keeps_a_sorted_graph(seed):
+    """Random DAGs in a shuffled order: the sort gives Kahn's order (ties by position); on a
+    graph already in order it changes nothing, including a self-loop it must still refuse."""
+    rng = np.random.default_rng(seed)
+    g = Graph("g")
+    f32 = TensorDesc(np.dtype(np.float32), (1,))
+    x = g.new_value("x", f32)
+    g.inputs.append(x)
+    values, nodes = [x], []
+    for _ in range(12):
+        picks = rng.choice(len(values), size=int(rng.integers(1, 3)), replace=True)
+        node = g.make_node("Sum", [values[int(i)] for i in picks], descs=[f32])
+        nodes.append(node)
+        values.append(node.outputs[0])
+    g.outputs.append(values[-1])
+    shuffled = [nodes[int(i)] for i in rng.permutation(len(nodes))]
+    g.nodes = list(shuffled)
+    want = _kahn(shuffled)
+    g.topological_sort()
+    assert g.nodes == want
+    g.verify()
+    before = list(g.nodes)
+    g.topological_sort()
+    assert g.nodes == before
+    last = g.nodes[-1]
+    last.set_input(0, last.outputs[0])
+    with pytest.raises(AtcError):
+        g.topological_sort()
+
+
 def test_verify_catches_stale_use():
     g, x, a, b = _chain()
     b.inputs[0] = x   # edited by hand: the use-list no longer agrees
