@@ -17,7 +17,9 @@ shared).  Then the .om is opened without compiling: `atc --mode=6` and an `Infer
 (its constructor only) report their peak RSS, which stays far below the .om's size when the
 weights are not copied.  The start-up of the interpreter with the compiler imported is
 measured too: it is a fixed part of every compile (with the project's bytecode compiled
-first, as an installed package has it).
+first, as an installed package has it).  After the rounds one more compile runs with a clock
+on its stages (start-up, each progress stage, and the time inside SHA-256 and inside the file
+writes), to say where the time above the floor goes.
 
 The decoder is a transformers LlamaForCausalLM (TinyLlama-1.1B's config: hidden 2048, 22
 layers, 32 heads, 4 KV heads, MLP 5632, vocabulary 32000; 1.10 B parameters) with seeded
@@ -188,6 +190,77 @@ def startup() -> tuple:
     return seconds, cpu
 
 
+# Run in a fresh process by `stages`: where one compile's wall time goes.  Start-up is the
+# import of the compiler; each stage runs from its progress.stage() call to the next
+# (ge/progress.py: loading, importing, the pass lists, building, pricing, writing); `hash` is
+# the time inside SHA-256's update (on whichever thread), `write` inside the file writes.
+_STAGES = """\
+import sys, time, json
+t0 = time.perf_counter()
+import cli, atc_py.api, atc_py.compiler, atc_py.driver, atc_py.report
+from atc_py.api import make_options, run
+from atc_py.log import Logger
+from ge.progress import Progress
+from om_format import container
+started = time.perf_counter()
+marks = [("start-up", t0)]
+spent = {"hash": 0.0, "write": 0.0}
+
+
+class Clock(Progress):
+    def stage(self, name, total=0):
+        marks.append(("writing the .om" if name.startswith("Writing ") else name.lower(), time.perf_counter()))
+
+
+class Timed:
+    def __init__(self, inner, key):
+        self.inner, self.key = inner, key
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def _timed(self, method, data):
+        t = time.perf_counter()
+        try:
+            return method(data)
+        finally:
+            spent[self.key] += time.perf_counter() - t
+
+    def update(self, data):
+        return self._timed(self.inner.update, data)
+
+    def write(self, data):
+        return self._timed(self.inner.write, data)
+
+
+real_init = container._HashingWriter.__init__
+
+
+def init(self, f, *args, **kwargs):
+    real_init(self, Timed(f, "write"), *args, **kwargs)
+    self.sha = Timed(self.sha, "hash")
+
+
+container._HashingWriter.__init__ = init
+options = make_options(model=sys.argv[1], output=sys.argv[2], soc_version=sys.argv[3], framework="5", log="null",
+                       mode="0")
+marks.append(("options", started))
+run(options, Logger(level=4, quiet=True), Clock())
+marks.append(("end", time.perf_counter()))
+stages = [(name, round(b - a, 3)) for (name, a), (_, b) in zip(marks, marks[1:])]
+print(json.dumps({"total_s": round(marks[-1][1] - t0, 3), "stages": stages,
+                  "hash_s": round(spent["hash"], 6), "write_s": round(spent["write"], 6)}))
+"""
+
+
+def stages(path: str, out_stem: str) -> dict:
+    """Where one compile's time goes (see _STAGES), in a fresh process; its .om removed."""
+    seconds, _, cpu, out = run_process([sys.executable, "-c", _STAGES, path, out_stem, SOC], ROOT)
+    os.remove(out_stem + ".om")
+    found = json.loads(out.strip().splitlines()[-1])
+    return {**found, "process_s": seconds, "process_cpu": cpu}
+
+
 def open_om_rss(om: str) -> dict:
     mode6 = run_process([sys.executable, os.path.join(ROOT, "cli.py"), "--mode=6", f"--om={om}"], ROOT)
     as_json = om[:-len(".om")] + ".json"
@@ -241,13 +314,17 @@ def bench(name: str, workdir: str, rounds: int, keep: bool) -> dict:
         rows.append(row)
     om_bytes = os.path.getsize(out_stem + ".om")
     opened = open_om_rss(out_stem + ".om")
+    breakdown = stages(path, out_stem + "_stages")
+    print(f"  {name} stages: " + ", ".join(f"{n} {t:.2f} s" for n, t in breakdown["stages"])
+          + f"; inside them SHA-256 {breakdown['hash_s']:.2f} s, file writes {breakdown['write_s']:.2f} s; "
+          f"total {breakdown['total_s']:.2f} s (load {_load()})", flush=True)
     by_buffer = {c: (_median(rows, f"floor_s_{c}"), _median(rows, f"floor_cpu_{c}")) for c in FLOOR_BUFFERS}
     best = min(FLOOR_BUFFERS, key=lambda c: by_buffer[c][0])
     result = {"model": name, "weights": weights, "files": len(files), "om_bytes": om_bytes,
               "floor_s": by_buffer[best][0], "floor_cpu": by_buffer[best][1], "floor_buffer": best,
               "floors": {f"{c >> 10} KiB": by_buffer[c] for c in FLOOR_BUFFERS},
               "compile_s": _median(rows, "compile_s"), "rss": _median(rows, "rss"),
-              "compile_cpu": _median(rows, "compile_cpu"), "rounds": rows, **opened}
+              "compile_cpu": _median(rows, "compile_cpu"), "rounds": rows, "stages": breakdown, **opened}
     result["startup_s"], result["startup_cpu"] = startup()
     if not keep:
         os.remove(out_stem + ".om")
@@ -269,6 +346,11 @@ def report(results: list) -> str:
     for r in results:
         lines.append(f"\n{r['model']}: floor medians by buffer: " + ", ".join(
             f"{k} {t:.2f} s (CPU {c:.2f} s)" for k, (t, c) in r["floors"].items()))
+        st = r["stages"]
+        lines.append(f"{r['model']}: one compile's stages (wall): " + ", ".join(f"{n} {t:.2f} s" for n, t in st["stages"])
+                     + f"; inside them SHA-256 {st['hash_s']:.2f} s, file writes {st['write_s']:.2f} s; "
+                     f"{st['total_s']:.2f} s from the first import, {st['process_s']:.2f} s for the process "
+                     f"(CPU {st['process_cpu']:.2f} s)")
     lines += ["", "| model | .om size | atc --mode=6: time, peak RSS | atc --mode=1: time, peak RSS | "
               "InferSession(om): time, peak RSS |", "|---|---|---|---|---|"]
     for r in results:

@@ -98,3 +98,20 @@ def test_every_om_byte_is_hashed_once_from_the_callers_buffers(monkeypatch, thre
     assert big and all(isinstance(piece, memoryview) for piece in big)
     assert all(any(np.shares_memory(np.frombuffer(piece, np.uint8), a) for a in arrays) for piece in big)
     assert container.read_om(data).header.checksum[:32] == hashlib.sha256(data[HEADER_SIZE:]).digest()
+
+
+def test_the_bench_clocks_each_stage_of_a_compile(tmp_path):
+    """bench/bench_memory.py's breakdown of one compile: the stages cover the run from the
+    first import to the end, the hash and the writes are inside the writing stage (on two threads
+they overlap, so each is at most that stage, not their sum)."""
+    sys.path.insert(0, REPO)
+    from bench import bench_memory
+    from atc_py import zoo
+    path = zoo.save("bert_base", str(tmp_path), small=True)
+    found = bench_memory.stages(path, str(tmp_path / "m"))
+    names = [name for name, _ in found["stages"]]
+    assert names[0] == "start-up" and names[-1] == "writing the .om" and "fusion passes" in names
+    assert abs(sum(t for _, t in found["stages"]) - found["total_s"]) <= 0.01
+    writing = dict(found["stages"])["writing the .om"]
+    assert 0 < found["hash_s"] <= writing + 0.01 and 0 < found["write_s"] <= writing + 0.01
+    assert not os.path.exists(tmp_path / "m.om")
