@@ -79,11 +79,12 @@ def build_report(result, soc_version: str, precision_mode: str, super_kernel_sco
     if graph.is_dynamic:          # priced at one set of sizes (the ranges' maxima or --input_hint_shape)
         graph, unfused = specialize(graph, result.priced_at), specialize(unfused, result.priced_at)
     before = node_costs(unfused, chip, unfused_dtype_of, small_channel)
-    after = node_costs(graph, chip, dtype_of, small_channel)
     launched = [n for n in graph.nodes if not kernel_of(n.op_type).no_task]
     groups = super_kernel.plan(launched, super_kernel_scope)
     group_of = {name: i for i, group in enumerate(groups) for name in group}
     stream = price_tasks(graph, chip, dtype_of, group_of, small_channel)
+    # the task stream priced every node on its own as well (what node_costs gives): not twice
+    after = {node.name: cost for node, cost in zip(graph.nodes, stream.kernels)}
     patterns = []
     for outcome in fusion_outcomes(result):
         if outcome.match_times == 0 and not outcome.effect_times:
