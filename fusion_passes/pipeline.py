@@ -24,6 +24,7 @@ from fusion_passes.gated_mlp import GatedMlpFusionPass
 from fusion_passes.group_conv import GroupConvBNReluFusionPass
 from fusion_passes.layer_norm import LayerNormFusionPass
 from fusion_passes.layer_norm_matmul import LayerNormMatMulFusionPass
+from fusion_passes.layer_norm_quant import LayerNormQuantFusionPass
 from fusion_passes.matmul_bias_act import MatMulBiasActFusionPass
 from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
 from fusion_passes.quant_attention import QuantAttentionFusionPass
@@ -51,6 +52,7 @@ def fusion_passes(switches: Optional[FusionSwitches] = None,
         ConvChainFusionPass(switches),            # a conv still plain joins the 1x1 conv next to it
         LayerNormFusionPass(switches),
         RmsNormFusionPass(switches),            # after LayerNorm: a LayerNorm's variance is an RMS of x - mean
+        LayerNormQuantFusionPass(switches),     # a LayerNorm its readers quantize writes int8 (int8 graphs only)
         MultiHeadAttentionFusionPass(switches),
         GatedMlpFusionPass(switches),           # before MatMulBiasAct takes the gate GEMM + its activation
         MatMulBiasActFusionPass(switches),

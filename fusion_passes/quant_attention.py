@@ -175,7 +175,7 @@ class QuantAttentionFusionPass(FusionPass):
                                    context=context, tail=tail)
 
     def rewrite(self, graph: Graph, match: QuantAttentionMatch) -> Node:
-        builder = _SubGraph()
+        builder = SubGraphBuilder()
         for operand in (match.q, match.k, match.v):
             builder.ref(operand.source)
         q, k = builder.operand(match.q), builder.operand(match.k)
@@ -219,7 +219,7 @@ def _quant_params(operand) -> tuple:
     return operand.dq.attrs["x_scale"], operand.dq.attrs.get("x_zero_point")
 
 
-class _SubGraph:
+class SubGraphBuilder:
     """The kernel's sub-graph in autofuse's JSON form, built from the matched nodes."""
 
     def __init__(self):

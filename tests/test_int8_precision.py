@@ -38,9 +38,13 @@ def test_every_mode_keeps_the_int8_kernels_int8(bert_int8, mode):
     for node in kernels:
         spec = kernel_spec(node, compute_dtype(node, mode))
         assert spec.work.cube_dtype == "int8", (node.name, mode)
-    norms = [n for n in graph.nodes if n.op_type == "LayerNormalization"]
+    # the float kernels around them follow the mode (the embeddings' Add group); a LayerNorm
+    # its readers quantize is one LayerNormQuant kernel whose outputs stay int8
+    floats = [n for n in graph.nodes if n.op_type == "AutofusedKernel" and not n.attrs.get("anchor")]
     expected = np.float16 if mode == "force_fp16" else np.float32
-    assert norms and all(compute_dtype(n, mode) == expected for n in norms)
+    assert floats and all(compute_dtype(n, mode) == expected for n in floats)
+    norms = [n for n in graph.nodes if n.op_type == "LayerNormQuantFusionOp"]
+    assert norms and all(np.dtype(v.desc.dtype) == np.int8 for n in norms for v in n.outputs)
 
 
 @pytest.mark.parametrize("mode", ["force_fp16", "force_fp32"])

@@ -6,4 +6,4 @@ simulator and the cost model treat fused and unfused kernels through one ruler. 
 package imports every module.
 """
 from codegen.fused import (attention, autofused, conv, gemm, layer_norm, quant_cube,  # noqa: F401  (register their kernels)
-                           conv_chain, quant_attention, squeeze_excitation)
+                           conv_chain, layer_norm_quant, quant_attention, squeeze_excitation)
