@@ -9,6 +9,8 @@ normalizing the last axis), as the three int8 forms write a transformer's LayerN
 Every quantizing reader (a per-tensor QuantizeLinear to an integer type or an AscendQuant,
 straight or through one constant-shape Reshape read by it alone) joins the kernel; other
 readers (a float residual, a graph output) get the normalized tensor as a second output.
+Readers that compute the same int8 tensor (QOperator quantizes the Q, K and V inputs apart,
+with equal views and parameters) share one output, so the projections read one tensor.
 Misses (a LayerNorm some quantizer reads, which stays two kernels): the quantizer is per
 axis or blocked, or quantizes to a float type (NF2006); the LayerNorm normalizes more than
 the last axis or its Mean/InvStdDev are read (NF2003).  A LayerNorm no quantizer reads is
@@ -35,6 +37,7 @@ class LayerNormQuantMatch(Match):
     ln: Node = None
     chains: list = field(default_factory=list)      # [view..., quantizer] per quantizing reader
     emit_normalized: bool = False
+    duplicates: list = field(default_factory=list)  # (chain, the equal chain whose output it reads)
 
 
 def _quantizer(node: Node, value: Value) -> bool:
@@ -50,6 +53,20 @@ def _quant_chain(node: Node, norm: Value):
         if q is not None and _quantizer(q, node.outputs[0]):
             return [node, q]
     return None
+
+
+def _same_chain(a: list, b: list) -> bool:
+    """Two readers that compute the same int8 tensor: the same views and the same quantizer
+    (QOperator graphs quantize the Q, K and V inputs apart, with equal parameters)."""
+    if len(a) != len(b) or any(x.outputs[0].is_graph_output for x in a + b):
+        return False
+    for x, y in zip(a, b):
+        if x.op_type != y.op_type or tuple(x.outputs[0].desc.shape) != tuple(y.outputs[0].desc.shape) or \
+                np.dtype(x.outputs[0].desc.dtype) != np.dtype(y.outputs[0].desc.dtype):
+            return False
+        if autofused.to_json(x.attrs) != autofused.to_json(y.attrs):
+            return False
+    return True
 
 
 def _unsupported(q: Node):
@@ -95,10 +112,30 @@ class LayerNormQuantFusionPass(FusionPass):
             return self.miss(reasons.UNSUPPORTED_ATTRIBUTE, ln, nodes, "the LayerNorm's Mean/InvStdDev outputs are "
                              "read; the kernel writes only the normalized and quantized rows", ln.outputs[1:])
         emit = bool(others) or norm.is_graph_output
-        outputs = [c[-1].outputs[0] for c in chains] + ([norm] if emit else [])
-        return LayerNormQuantMatch(nodes, OP_TYPE, outputs, ln=ln, chains=chains, emit_normalized=emit)
+        kept, duplicates = [], []
+        for chain in chains:
+            first = next((k for k in kept if _same_chain(k, chain)), None)
+            (kept.append(chain) if first is None else duplicates.append((chain, first)))
+        outputs = [c[-1].outputs[0] for c in kept] + ([norm] if emit else [])
+        nodes = [ln] + [n for c in kept for n in c]
+        return LayerNormQuantMatch(nodes, OP_TYPE, outputs, ln=ln, chains=kept, emit_normalized=emit,
+                                   duplicates=duplicates)
+
+    def refusal(self, match: LayerNormQuantMatch):
+        """The common checks, with the duplicate readers counted in: they go too, their
+        outputs' readers move to the equal output."""
+        whole = Match(match.nodes + [n for chain, _ in match.duplicates for n in chain], match.fused_op,
+                      match.outputs + [chain[-1].outputs[0] for chain, _ in match.duplicates])
+        whole.anchor_node = match.anchor_node
+        return super().refusal(whole)
 
     def rewrite(self, graph: Graph, match: LayerNormQuantMatch) -> Node:
+        origin = []
+        for chain, first in match.duplicates:      # one int8 tensor for readers of equal ones
+            graph.replace_all_uses_with(chain[-1].outputs[0], first[-1].outputs[0])
+            for node in reversed(chain):
+                origin += [n for n in node.origin if n not in origin]
+                graph.remove_node(node)
         builder = SubGraphBuilder()
         ln = match.ln
         builder.copy(ln)
@@ -111,4 +148,6 @@ class LayerNormQuantFusionPass(FusionPass):
         out = [builder.refs[id(v)] for v in match.outputs]
         attrs = {"subgraph": autofused.encode_subgraph(builder.types_in, builder.ops, out),
                  "emit_normalized": int(match.emit_normalized)}
-        return fuse(graph, match.nodes, OP_TYPE, builder.inputs, match.outputs, attrs, self.pass_name)
+        fused = fuse(graph, match.nodes, OP_TYPE, builder.inputs, match.outputs, attrs, self.pass_name)
+        fused.provenance["origin"] += [n for n in origin if n not in fused.provenance["origin"]]
+        return fused

@@ -28,6 +28,7 @@ from fusion_passes.layer_norm_quant import LayerNormQuantFusionPass
 from fusion_passes.matmul_bias_act import MatMulBiasActFusionPass
 from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
 from fusion_passes.quant_attention import QuantAttentionFusionPass
+from fusion_passes.quant_attention_projection import QuantAttentionProjectionFusionPass
 from fusion_passes.quant_conv_bn_relu import QuantConvBNReluFusionPass
 from fusion_passes.quant_matmul_bias_act import QuantMatMulBiasActFusionPass
 from fusion_passes.rms_norm import RmsNormFusionPass
@@ -53,6 +54,7 @@ def fusion_passes(switches: Optional[FusionSwitches] = None,
         LayerNormFusionPass(switches),
         RmsNormFusionPass(switches),            # after LayerNorm: a LayerNorm's variance is an RMS of x - mean
         LayerNormQuantFusionPass(switches),     # a LayerNorm its readers quantize writes int8 (int8 graphs only)
+        QuantAttentionProjectionFusionPass(switches),   # after it: QOperator's Q/K/V inputs are one tensor now
         MultiHeadAttentionFusionPass(switches),
         GatedMlpFusionPass(switches),           # before MatMulBiasAct takes the gate GEMM + its activation
         MatMulBiasActFusionPass(switches),

@@ -43,20 +43,23 @@ def test_quantized_zoo_model_fuses_and_matches(name, form):
         assert np.max(np.abs(got[key].astype(np.float64) - ref)) <= 1e-4 * max(1.0, np.abs(ref).max())
 
 
-def test_qoperator_bert_every_int8_tensor_equals_onnxruntime():
+@pytest.mark.parametrize("disabled,exposed", [((), 15), (("LayerNormQuantFusionOp",), 20)])
+def test_qoperator_bert_every_int8_tensor_equals_onnxruntime(disabled, exposed):
     """The issue's rule at its strictest: with float kernels in fp32, every int8 tensor the
     fused QOperator BERT computes (cube kernels, attention, the GELU group, each LayerNorm's
     quantize) equals onnxruntime's exactly -- no step of drift for 12 layers to amplify.  A
     config between small and base (hidden 128, 32 tokens) reaches the near-ties that small
     misses: before the kernels followed MLAS (LayerNorm and Erf summation and fma order,
     QLinearAdd's fma, the QOperator requantization multiplier), 14 of its 21 int8 tensors
-    differed from onnxruntime's."""
+    differed from onnxruntime's.  With every pass the projections' Q, K, V live inside the
+    attention kernel (fewer int8 tensors leave a kernel); without LayerNormQuant they stay
+    kernels of their own (its QOperator Q/K/V inputs are three tensors), so both are checked."""
     import onnx
     from atc_py.zoo.bert import BertConfig, build_bert_base
     model = build_bert_base(config=BertConfig(layers=2, hidden=128, heads=2, ffn=512, seq=32, vocab=100,
                                               max_positions=32))
     quantized = quantize(model, "qoperator", calibration_feeds(model, 2))
-    graph, _ = fuse(quantized)
+    graph, _ = fuse(quantized, disabled_ops=disabled)
     assert {"QuantMatMulBiasActFusionOp", "QuantMultiHeadAttentionFusionOp", "LayerNormalization"} <= set(op_types(graph))
     produced = {o for n in quantized.graph.node for o in n.output}
     int8 = [v for n in graph.nodes for v in n.outputs if np.dtype(v.desc.dtype) == np.int8 and v.name in produced]
@@ -67,7 +70,7 @@ def test_qoperator_bert_every_int8_tensor_equals_onnxruntime():
     reference = run_ort(probe, feeds)
     graph.outputs = list(graph.outputs) + [v for v in int8 if not v.is_graph_output]
     got = run_ir(graph, feeds)
-    assert len(int8) >= 20
+    assert len(int8) >= exposed
     differ = [v.name for v in int8 if not np.array_equal(got[v.name], reference[v.name])]
     assert not differ, f"{len(differ)} of {len(int8)} int8 tensors differ from onnxruntime's: {differ[:3]}"
     for name in ("last_hidden_state", "pooler_output"):

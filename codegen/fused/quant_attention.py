@@ -23,7 +23,7 @@ import numpy as np
 
 from codegen.fused import autofused
 from codegen.registry import register
-from codegen.work import Work
+from codegen.work import Gemm, Work
 from ge.ops.common import FLOAT_TYPES
 from ge.ops.quant import F32, integer_matmul
 from ge.ops.registry import OpDef, OpKind, TensorType
@@ -45,9 +45,14 @@ def _bmm_infer(inputs, attrs):
 
 
 def _bmm_work(inputs, outputs, attrs):
-    """int8 MACs on the cube; the dequantizing multiply on the vector unit."""
-    return Work(cube_macs=outputs[0].size * int(inputs[0].shape[-1]), cube_dtype="int8").add_vector(
-        "alu", outputs[0].size)
+    """int8 MACs on the cube, with the product's shape so the cost model pads and splits it
+    as any cube product (its operands are the kernel's on-chip Q, K, P, V); the dequantizing
+    multiply on the vector unit."""
+    out, k = outputs[0], int(inputs[0].shape[-1])
+    m, n = (int(out.shape[-2]), int(out.shape[-1])) if len(out.shape) >= 2 else (1, int(out.shape[-1]))
+    batch = out.size // (m * n) if m * n else 0
+    gemm = Gemm(batch=batch, m=m, n=n, k=k, shared_b=len(inputs[1].shape) <= 2, a_onchip=True, b_onchip=True)
+    return Work.of_gemms(gemm, cube_dtype="int8").add_vector("alu", out.size)
 
 
 register(OpDef(QUANT_BATCH_MATMUL, OpKind.OUT_EWISE_FUSABLE, _bmm_compute, _bmm_infer, domain="ai.atc_py.internal"),
