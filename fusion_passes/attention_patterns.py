@@ -3,7 +3,8 @@
 After canonicalization (fusion_passes/canonical/) an attention block is
     scores = Q . K^T  [* scale]  [+ bias ...]  [Where(mask, scores, fill)]  -> Softmax [-> NaN guard]
     out    = P . V -> views -> merged heads
-where Q, K and V are views of linear projections (possibly rotated by a RotaryEmbedding),
+where Q, K and V are views of linear projections (possibly rotated by a RotaryEmbedding) or
+of a projection an int8 GEMM kernel computed (`ComputedProjection`: the kernel reads it),
 or K and V are views of a KV cache: a [B, Hkv, T, D] tensor written as Concat(past, new)
 along its sequence axis (a decoder's `present`), or given as a graph input.
 The views are read with the view algebra (fusion_passes/layout.py), not matched op by op:
@@ -305,11 +306,33 @@ def _cache_heads(value: Value, role: str, nodes: list, layout: Layout, source: V
                  tuple(op_shape[k] for k in batch_axes), kv_heads * dim, source, head_major=True)
 
 
+# Kernels whose float output is a projection computed apart: an int8 GEMM (AMCT deploy
+# graphs quantize the Q/K/V GEMMs but not attention) cannot put its int8 weight into the float
+# attention kernel, which reads its output as it is (as it does a projection read elsewhere).
+COMPUTED_PROJECTIONS = ("QuantMatMulBiasActFusionOp",)
+
+
+@dataclass
+class ComputedProjection(Linear):
+    """Q, K or V computed by a kernel of its own: the attention kernel reads it as it is."""
+
+    @property
+    def width(self) -> int:
+        return int(self.output.desc.shape[-1])
+
+    @property
+    def matmul(self) -> Node:
+        return self.output.producer
+
+
 def _projection(source: Value, role: str, nodes: list) -> Linear:
     linear = linear_producing(source)
     if linear is not None:
         return linear
     node = source.producer
+    if node is not None and node.op_type in COMPUTED_PROJECTIONS and np.dtype(source.desc.dtype).kind == "f" \
+            and source.desc.shape is not None and len(source.desc.shape) >= 2:
+        return ComputedProjection(None, None, None, [], source)
     found = f"{node.op_type} {node.name}" if node is not None else f"input {source.name}"
     mm = node if node is not None and node.op_type in ("MatMul", "Gemm") else None
     if node is not None and node.op_type == "Add":

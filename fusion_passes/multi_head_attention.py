@@ -33,8 +33,9 @@ import numpy as np
 
 from codegen.fused.attention import OP_TYPE, SLOTS
 from fusion_passes import reasons
-from fusion_passes.attention_patterns import (Heads, ScoreChain, batch_index, find_qk, head_columns, kv_groups,
-                                              merge_heads, probs_reader, read_heads, walk_scores)
+from fusion_passes.attention_patterns import (ComputedProjection, Heads, ScoreChain, batch_index, find_qk,
+                                              head_columns, kv_groups, merge_heads, probs_reader, read_heads,
+                                              walk_scores)
 from fusion_passes.base import FusionPass, Match, Reject, fuse
 from fusion_passes.layout import more_than_one
 from ge.ir import Graph, Node, TensorDesc, Value
@@ -158,7 +159,8 @@ def _members(core: list, roles) -> tuple:
     for heads in roles:
         for n in _path(heads):
             members[id(n)] = n
-    projected: set = set()
+    # an int8 GEMM's float output (AMCT) is a kernel input from the start
+    projected: set = {h.role for h in roles if isinstance(h.linear, ComputedProjection)}
 
     def read_outside(node: Node) -> bool:
         return any(v.is_graph_output or any(id(u) not in members for u, _ in v.uses) for v in node.outputs)

@@ -149,3 +149,30 @@ def test_quantize_static_bert_attention_takes_its_projections_in_every_layer(for
             else:
                 check = compare_one(name, name, got[name], ref, "int8-fp16")
                 assert check.passed, (name, check.describe())
+
+
+def test_amct_attention_reads_its_int8_projections_in_one_float_kernel():
+    """AMCT quantizes the Q/K/V GEMMs but not attention: the float attention kernel reads
+    the three int8 GEMMs' float outputs as they are (ComputedProjection) -- no head views,
+    Softmax or score MatMul kernels left -- and the numbers match onnxruntime."""
+    pytest.importorskip("onnxruntime.quantization")
+    from atc_py.zoo import build
+    from atc_py.zoo.int8 import calibration_feeds, quantize
+    from simulator.amct_reference import to_standard_onnx
+    model = build("bert_base", small=True)
+    quantized = quantize(model, "amct", calibration_feeds(model, 2))
+    graph, results = fuse_model(quantized)
+    mha = results["MultiHeadAttentionFusionPass"]
+    assert mha.changes == 2 and not mha.misses
+    assert not {"Softmax", "Transpose", "MatMul"} & set(op_types(graph))
+    for node in graph.nodes:
+        if "MultiHeadAttentionFusionOp" in (node.op_type, node.attrs.get("anchor")):
+            readers = [v.producer.op_type for v in node.inputs[:3] if v is not None and v.producer is not None]
+            assert readers == ["QuantMatMulBiasActFusionOp"] * 3
+    f = calibration_feeds(model, 1, seed=5)[0]
+    expected = run_ort(to_standard_onnx(quantized), f)
+    for mode in ("force_fp32", "force_fp16"):
+        got = run_ir(graph, f, mode)
+        for name, ref in expected.items():
+            check = compare_one(name, name, got[name], ref, "int8" if mode == "force_fp32" else "int8-fp16")
+            assert check.passed, (mode, name, check.describe())
