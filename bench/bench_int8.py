@@ -4,7 +4,9 @@ model), each compiled for one chip next to the fp16 build of its float model.
 
 Per model and form: kernels launched, int8 kernels, simulated latency and fps (the cost
 model, batch 1), `--compare` of the .om against onnxruntime on the quantized model (the
-int8 rule of simulator/COMPARE.md, float kernels in fp16 and in fp32), and the accuracy
+int8 rule of simulator/COMPARE.md, float kernels in fp16 and in fp32; the worst output with
+onnxruntime's own spread and, for fp16, the drift of onnxruntime with the .om's fp16
+roundings), and the accuracy
 against the float original on seeded inputs as `atc-sim --accuracy` measures it: top-1
 agreement (classifiers) and the cosine similarity of every output, with the simulator
 running the int8 .om and onnxruntime the float ONNX.  Everything is measured in this one run; calibration and test
@@ -61,6 +63,8 @@ def compare(om_path: str, onnx_path: str, feeds: dict) -> str:
     worst = max(checks, key=lambda c: c.max_rel_error)
     spread = "" if not worst.reference_spread else \
         f", onnxruntime's own spread {worst.reference_spread['max_abs_error']:.3g}"
+    if worst.fp16_reference_spread:
+        spread += f", fp16-rounded reference's drift {worst.fp16_reference_spread['max_abs_error']:.3g}"
     return (f"{verdict} (worst {worst.name}: max_abs {worst.max_abs_error:.3g}, max_rel {worst.max_rel_error:.3g}, "
             f"{worst.precision}{spread})")
 

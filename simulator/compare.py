@@ -27,8 +27,9 @@ INT8_FP16_MIN_COSINE = 0.999
 # Int8 outputs of deep models: two correct executions of the same quantized graph drift apart
 # (a float rounding flips a requantization by one step, and the step travels and multiplies
 # through the layers).  onnxruntime's optimized execution against its plain one measures that
-# drift on the model and input at hand; the simulator may drift from the plain reference by at
-# most this factor of it (COMPARE.md, "Int8 models").
+# drift on the model and input at hand, and so does onnxruntime with the .om's float16 roundings
+# written in (`fp16_rounded_model`) against its float32 run; the simulator may drift from the
+# plain reference by at most this factor of the larger one (COMPARE.md, "Int8 models").
 SPREAD_FACTOR = 2.0
 # Integer/bool outputs downstream of an fp16 kernel (a comparison after fp16 arithmetic):
 # the fraction of elements allowed to differ, because a decision flips when its operands sit
@@ -43,11 +44,13 @@ def _compare_error(value, reason: str, flag: str = "--compare") -> AtcError:
                     f"Pass {wanted}.")
 
 
-def run_onnxruntime(onnx_path: str, feeds: dict, optimized: bool = False, flag: str = "--compare") -> dict:
+def run_onnxruntime(onnx_path: str, feeds: dict, optimized: bool = False, flag: str = "--compare",
+                    model=None) -> dict:
     """Outputs of `onnx_path` in onnxruntime (ORT_DISABLE_ALL, 1 thread), by output name.
     `optimized`: with ORT_ENABLE_ALL instead, where onnxruntime turns QDQ node groups into
     its own integer kernels (QLinearConv, QLinearMatMul, QGemm, ...): a second, equally
-    valid execution of a quantized model (see `reference_spread`)."""
+    valid execution of a quantized model (see `reference_spread`).  `model`: a ModelProto to
+    run instead of the file's reference model (the float16-rounded one)."""
     import onnxruntime as ort
 
     check_input(onnx_path, flag)          # a regular file: a FIFO would block onnxruntime
@@ -58,7 +61,7 @@ def run_onnxruntime(onnx_path: str, feeds: dict, optimized: bool = False, flag: 
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     try:
-        source = reference_model(onnx_path)
+        source = reference_model(onnx_path) if model is None else model.SerializeToString()
         session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise _compare_error(onnx_path, f"onnxruntime cannot load it: {exc}", flag)
@@ -79,6 +82,62 @@ def run_onnxruntime(onnx_path: str, feeds: dict, optimized: bool = False, flag: 
     return dict(zip(names, results))
 
 
+def fp16_rounded_model(model, graph: Graph, compute_dtypes: dict):
+    """`model` with the float16 roundings of the .om's float16 kernels, or None when no kernel
+    computes in float16: every float32 tensor such a kernel writes is rounded to float16 (Cast
+    to float16 and back) for all its readers, and every float32 tensor it reads is rounded for
+    the ONNX nodes of that kernel (its `origin`) only -- a float32 kernel reading a graph input
+    sees it unrounded, as in the simulator.  Run in onnxruntime, it is a second execution of
+    the model with the .om's float16 roundings at the same tensors and onnxruntime's own
+    kernels in between: how far it lies from the float32 reference is the drift those
+    roundings cause on this model and input (`fp16_reference_spread`, COMPARE.md "Int8
+    models").  Tensors inside a fused kernel have no name in the .om and are not rounded."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    written, read = set(), {}          # tensor names; ONNX node name -> tensor names it reads rounded
+    for node in graph.nodes:
+        if np.dtype(compute_dtypes.get(node.name, np.float32)) != np.float16:
+            continue
+        written.update(v.name for v in node.outputs if v is not None and np.dtype(v.desc.dtype) == np.float32)
+        inputs = {v.name for v in node.inputs if v is not None and np.dtype(v.desc.dtype) == np.float32}
+        for origin in node.origin:
+            read.setdefault(origin, set()).update(inputs)
+    produced = {o for n in model.graph.node for o in n.output if o}
+    sources = {t.name for t in model.graph.initializer} | {i.name for i in model.graph.input}
+    written &= produced
+    known = produced | sources
+    copies = {t for n in model.graph.node if n.name in read for t in n.input
+              if t in read[n.name] and t not in written and t in known}
+    if not written and not copies:
+        return None
+
+    def rounding(source: str, half: str, target: str) -> list:
+        return [helper.make_node("Cast", [source], [half], to=TensorProto.FLOAT16, name=half),
+                helper.make_node("Cast", [half], [target], to=TensorProto.FLOAT, name=target)]
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes = [c for t in sorted(copies - produced) for c in rounding(t, f"{t}__fp16", f"{t}__fp16_rounded")]
+    for original in out.graph.node:
+        node = onnx.NodeProto()
+        node.CopyFrom(original)
+        for i, name in enumerate(node.input):
+            if name in copies and name in read.get(node.name, ()):
+                node.input[i] = f"{name}__fp16_rounded"
+        after = []
+        for i, name in enumerate(node.output):
+            if name in written:       # the producer writes a raw tensor; the rounded one keeps the name
+                node.output[i] = f"{name}__fp32"
+                after += rounding(node.output[i], f"{name}__fp16", name)
+            elif name in copies:
+                after += rounding(name, f"{name}__fp16", f"{name}__fp16_rounded")
+        nodes += [node] + after       # right after the producer: the order stays topological
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
 def reference_model(onnx_path: str):
     """What onnxruntime runs: the file itself, or -- for an AMCT deploy model, whose
     AscendQuant/AscendDequant/AscendAntiQuant onnxruntime does not have -- the same model with
@@ -87,6 +146,14 @@ def reference_model(onnx_path: str):
     from simulator.amct_reference import has_amct_ops, to_standard_onnx
     model = onnx.load(onnx_path)
     return to_standard_onnx(model).SerializeToString() if has_amct_ops(model) else onnx_path
+
+
+def reference_proto(onnx_path: str):
+    """The ModelProto `reference_model` runs (AMCT ops written as standard ONNX)."""
+    import onnx
+    from simulator.amct_reference import has_amct_ops, to_standard_onnx
+    model = onnx.load(onnx_path)
+    return to_standard_onnx(model) if has_amct_ops(model) else model
 
 
 def precision_class(graph: Graph, value: Value, compute_dtypes: dict) -> str:
@@ -176,6 +243,8 @@ class OutputCompare:
     step: float = 0.0                # int8 outputs: the quantization step of the output
     cosine: Optional[float] = None   # int8 outputs: cosine similarity to the reference
     reference_spread: Optional[dict] = None   # int8 outputs: onnxruntime optimized vs plain
+    fp16_reference_spread: Optional[dict] = None   # int8 outputs of fp16 float kernels: onnxruntime
+                                                   # with the .om's fp16 roundings vs plain
 
     @property
     def result(self) -> str:
@@ -228,13 +297,16 @@ def _cosine(g: np.ndarray, r: np.ndarray) -> float:
 
 
 def _compare_int8(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, precision: str,
-                  step: float, spread: Optional[Spread] = None) -> OutputCompare:
+                  step: float, spread: Optional[Spread] = None,
+                  fp16_spread: Optional[Spread] = None) -> OutputCompare:
     """Outputs of int8 kernels (COMPARE.md): within one quantization step of their own when
     every float kernel on the path runs in float32; otherwise (float16 float kernels, or a
     float output with no step of its own, e.g. the last Gemm's logits) within 10% of the
     output's magnitude (plus a step) and a cosine similarity of at least 0.999.  Either bound
     widens to SPREAD_FACTOR x onnxruntime's own spread (optimized vs plain execution) where
-    that is larger: the model's depth, not the kernels, sets how far correct executions drift."""
+    that is larger: the model's depth, not the kernels, sets how far correct executions drift.
+    With float16 float kernels, `fp16_spread` (onnxruntime with the .om's float16 roundings
+    against its plain run) is a second measured drift; the larger of the two is used."""
     base = dict(name=name, reference_name=ref_name, dtype=str(ref.dtype), precision=precision)
     if tuple(got.shape) != tuple(ref.shape):
         return OutputCompare(**base, tolerance=0.0, scale=0.0, max_abs_error=float("inf"), max_rel_error=float("inf"),
@@ -251,25 +323,31 @@ def _compare_int8(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, pr
         tol, min_cosine = (step + TOLERANCE["fp32"] * scale) / scale, -1.0
     else:       # float16 float kernels, or a float computed after the int8 kernels (no step of its own)
         tol, min_cosine = TOLERANCE["int8-fp16"] + step / scale, INT8_FP16_MIN_COSINE
-    if spread is not None and (max_abs > tol * scale or cosine < min_cosine):
-        widened = SPREAD_FACTOR * spread.max_abs_error / scale
+    drifts = [(s, label) for s, label in ((spread, "onnxruntime's own spread"),
+                                          (fp16_spread if precision == "int8-fp16" else None,
+                                           "the fp16-rounded reference's drift")) if s is not None]
+    if drifts and (max_abs > tol * scale or cosine < min_cosine):
+        drift, label = max(drifts, key=lambda d: d[0].max_abs_error)
+        widened = SPREAD_FACTOR * drift.max_abs_error / scale
         if widened > tol:
             tol = widened
-            notes.append(f"bound {SPREAD_FACTOR:g} x onnxruntime's own spread")
+            notes.append(f"bound {SPREAD_FACTOR:g} x {label}")
         # the direction still counts: 1 - cosine grows with the square of the deviation, so
-        # SPREAD_FACTOR x the spread allows SPREAD_FACTOR**2 x onnxruntime's own cosine deficit
-        min_cosine = min(INT8_FP16_MIN_COSINE, 1.0 - SPREAD_FACTOR ** 2 * (1.0 - spread.cosine))
+        # SPREAD_FACTOR x the drift allows SPREAD_FACTOR**2 x its cosine deficit
+        min_cosine = min(INT8_FP16_MIN_COSINE, 1.0 - SPREAD_FACTOR ** 2 * (1.0 - drift.cosine))
     passed = same_special and max_abs <= tol * scale and cosine >= min_cosine
     if cosine < min_cosine:
         notes.append(f"cosine similarity {cosine:.6f} < {min_cosine:.6f}")
     return OutputCompare(**base, tolerance=tol, scale=scale, max_abs_error=max_abs,
                          max_rel_error=max_abs / peak if peak > 0 else 0.0, passed=passed, note="; ".join(notes),
                          step=step, cosine=cosine,
-                         reference_spread=None if spread is None else asdict(spread))
+                         reference_spread=None if spread is None else asdict(spread),
+                         fp16_reference_spread=None if fp16_spread is None else asdict(fp16_spread))
 
 
 def compare_one(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, precision: str,
-                step: float = 0.0, spread: Optional[Spread] = None) -> OutputCompare:
+                step: float = 0.0, spread: Optional[Spread] = None,
+                fp16_spread: Optional[Spread] = None) -> OutputCompare:
     """Error of one output; NaN/inf must sit where the reference has them.  An integer output
     of a float reference (--output_type=UINT8 ...) is compared with the reference cast the
     same way, to within one step (a value next to an integer can round either side of it)."""
@@ -293,7 +371,7 @@ def compare_one(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, prec
                              mismatch_fraction=differ / max(got.size, 1),
                              note="" if same else f"shape {list(got.shape)} != reference {list(ref.shape)}")
     if precision.startswith("int8"):
-        return _compare_int8(name, ref_name, got, ref, precision, step, spread)
+        return _compare_int8(name, ref_name, got, ref, precision, step, spread, fp16_spread)
     exact = ref.dtype == np.bool_ or np.issubdtype(ref.dtype, np.integer)
     if exact:
         label = "exact-after-fp16" if precision == "fp16" else "exact"
@@ -326,16 +404,20 @@ def compare_one(name: str, ref_name: str, got: np.ndarray, ref: np.ndarray, prec
 
 
 def compare_outputs(graph: Graph, outputs: dict, reference: dict, compute_dtypes: dict,
-                    optimized_reference: Optional[dict] = None) -> list:
+                    optimized_reference: Optional[dict] = None, fp16_reference: Optional[dict] = None) -> list:
     """One `OutputCompare` per .om output, matched to the ONNX outputs by name, else by position.
-    `optimized_reference`: onnxruntime's ORT_ENABLE_ALL outputs, for the int8 outputs' spread."""
+    `optimized_reference`: onnxruntime's ORT_ENABLE_ALL outputs, for the int8 outputs' spread;
+    `fp16_reference`: onnxruntime on the float16-rounded model (`fp16_rounded_model`)."""
     results = []
     for value, ref_name, precision in _matched(graph, reference, compute_dtypes):
-        spread = None
+        plain = np.asarray(reference[ref_name])
+        spread = fp16_spread = None
         if optimized_reference is not None and ref_name in optimized_reference:
-            spread = Spread.between(np.asarray(optimized_reference[ref_name]), np.asarray(reference[ref_name]))
-        results.append(compare_one(value.name, ref_name, np.asarray(outputs[value.name]),
-                                   np.asarray(reference[ref_name]), precision, quantization_step(value), spread))
+            spread = Spread.between(np.asarray(optimized_reference[ref_name]), plain)
+        if fp16_reference is not None and ref_name in fp16_reference:
+            fp16_spread = Spread.between(np.asarray(fp16_reference[ref_name]), plain)
+        results.append(compare_one(value.name, ref_name, np.asarray(outputs[value.name]), plain, precision,
+                                   quantization_step(value), spread, fp16_spread))
     return results
 
 
@@ -369,7 +451,12 @@ def compare_with_onnx(onnx_path: str, graph: Graph, feeds: dict, outputs: dict,
                       compute_dtypes: dict, reference: Optional[dict] = None) -> list:
     ort_feeds = onnx_feeds(graph, feeds)
     reference = reference if reference is not None else run_onnxruntime(onnx_path, ort_feeds)
-    optimized = None
-    if any(p.startswith("int8") for _, _, p in _matched(graph, reference, compute_dtypes)):
+    optimized = rounded = None
+    precisions = {p for _, _, p in _matched(graph, reference, compute_dtypes)}
+    if any(p.startswith("int8") for p in precisions):
         optimized = run_onnxruntime(onnx_path, ort_feeds, optimized=True)
-    return compare_outputs(graph, outputs, reference, compute_dtypes, optimized)
+    if "int8-fp16" in precisions:
+        model = fp16_rounded_model(reference_proto(onnx_path), graph, compute_dtypes)
+        if model is not None and model.ByteSize() < 2 ** 31 - 1:    # beyond, protobuf cannot serialize it
+            rounded = run_onnxruntime(onnx_path, ort_feeds, model=model)
+    return compare_outputs(graph, outputs, reference, compute_dtypes, optimized, rounded)

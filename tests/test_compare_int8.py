@@ -1,6 +1,7 @@
 """--compare on int8 outputs: the step rules, widened to twice onnxruntime's own spread
 (its optimized execution against its plain one) where a deep model makes that larger."""
 import numpy as np
+import pytest
 
 from simulator.compare import SPREAD_FACTOR, Spread, compare_one
 
@@ -69,3 +70,110 @@ def test_compare_with_onnx_measures_the_spread_of_an_int8_model(tmp_path):
     [check] = compare_with_onnx(path, graph, feeds, run_ir(graph, feeds), {})
     assert check.precision == "int8" and check.passed
     assert check.reference_spread is not None and check.reference_spread["max_abs_error"] >= 0
+
+
+# -- float16 float kernels: the drift measured on onnxruntime with the .om's fp16 roundings --
+
+def test_fp16_rounded_model_rounds_the_tensors_of_fp16_kernels_only(tmp_path):
+    """The reference for float16 float kernels: Cast to float16 and back around exactly the
+    tensors a float16 kernel reads or writes; a float32 kernel's tensors stay as they are."""
+    import onnx
+    from onnx import TensorProto, helper
+    from codegen.om_builder import compute_dtype
+    from helpers import lower, run_ort
+    from simulator.compare import fp16_rounded_model
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [64])
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Mul", ["x", "x"], ["sq"], name="square"),
+         helper.make_node("Add", ["sq", "x"], ["y"], name="plus"),
+         helper.make_node("Sub", ["x", "x"], ["z"], name="zero")], "g", [x], [y, z]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    graph = lower(model)
+    dtypes = {n.name: compute_dtype(n, "force_fp32") for n in graph.nodes}
+    assert fp16_rounded_model(model, graph, dtypes) is None          # no fp16 kernel: nothing to round
+    dtypes[next(n.name for n in graph.nodes if n.op_type == "Add")] = np.dtype(np.float16)
+    rounded = fp16_rounded_model(model, graph, dtypes)
+    casts = sorted(n.input[0] for n in rounded.graph.node if n.op_type == "Cast" and n.attribute[0].i == TensorProto.FLOAT16)
+    assert casts == ["sq", "x", "y__fp32"]       # the Add reads x and sq rounded; its output is stored rounded
+    onnx.checker.check_model(rounded)
+    feeds = {"x": RNG.uniform(1, 2, 64).astype(np.float32) + np.float32(1e-4)}
+    got, plain = run_ort(rounded, feeds), run_ort(model, feeds)
+    xs = feeds["x"].astype(np.float16).astype(np.float32)
+    expected = (np.float32(feeds["x"] * feeds["x"]).astype(np.float16).astype(np.float32) + xs)
+    np.testing.assert_array_equal(got["y"], expected.astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(got["z"], plain["z"])                # the fp32 Sub reads x unrounded
+    assert not np.array_equal(got["y"], plain["y"])
+
+
+def test_fp16_drift_widens_only_outputs_of_fp16_float_kernels():
+    ref, got = _pair(0.3)
+    _, rounded = _pair(0.2)
+    drift = Spread.between(rounded, ref)
+    assert compare_one("y", "y", got, ref, "int8-fp16", step=0.02, fp16_spread=drift).passed
+    check = compare_one("y", "y", got, ref, "int8", step=0.02, fp16_spread=drift)
+    assert not check.passed                                          # fp32 float kernels: no fp16 drift to allow
+
+
+@pytest.fixture(scope="module")
+def qoperator_bert6(tmp_path_factory):
+    """A 6-layer, 64-wide QOperator BERT: deep enough that the .om's fp16 float kernels drift
+    past the fixed int8-fp16 bound (pooler cosine 0.99895 < 0.999) while every int8 kernel is
+    exact (tests/test_int8_models.py)."""
+    pytest.importorskip("onnxruntime.quantization")
+    import onnx
+    from atc_py.zoo.bert import BertConfig, build_bert_base
+    from atc_py.zoo.int8 import calibration_feeds, quantize
+    model = build_bert_base(config=BertConfig(layers=6, hidden=64, heads=2, ffn=256, seq=16, vocab=100,
+                                              max_positions=32))
+    quantized = quantize(model, "qoperator", calibration_feeds(model, 2))
+    path = str(tmp_path_factory.mktemp("bert6") / "bert6_qoperator.onnx")
+    onnx.save(quantized, path)
+    return quantized, path, calibration_feeds(model, 1, seed=5)[0]
+
+
+def _fp16_compare(compiled, path, feeds):
+    from codegen.om_builder import compute_dtype
+    from helpers import fuse_model, run_ir
+    from simulator.compare import compare_with_onnx
+    graph, _ = fuse_model(compiled)
+    dtypes = {n.name: compute_dtype(n, "force_fp16") for n in graph.nodes}
+    return compare_with_onnx(path, graph, feeds, run_ir(graph, feeds, "force_fp16"), dtypes)
+
+
+def test_qoperator_bert_in_fp16_passes_within_twice_the_fp16_references_drift(qoperator_bert6):
+    quantized, path, feeds = qoperator_bert6
+    checks = {c.name: c for c in _fp16_compare(quantized, path, feeds)}
+    assert all(c.precision == "int8-fp16" and c.passed for c in checks.values())
+    pooler = checks["pooler_output"]
+    assert pooler.cosine < 0.999                                     # the fixed rule alone fails it
+    assert pooler.reference_spread["max_abs_error"] == 0             # onnxruntime's optimizations change nothing
+    drift = pooler.fp16_reference_spread
+    assert drift["max_abs_error"] > 0 and "fp16-rounded reference" in pooler.note
+    assert pooler.tolerance * pooler.scale == SPREAD_FACTOR * drift["max_abs_error"]
+
+
+def _tampered(model, op_type: str, layer_name: str, index: int, change):
+    """A copy of `model` whose `op_type` node in `layer_name` reads a wrong quantization
+    parameter (input `index`): what an int8 kernel with a wrong scale or zero point computes."""
+    import onnx
+    from onnx import numpy_helper
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    node = next(n for n in wrong.graph.node if n.op_type == op_type and layer_name in n.name)
+    old = numpy_helper.to_array(next(i for i in wrong.graph.initializer if i.name == node.input[index]))
+    wrong.graph.initializer.append(numpy_helper.from_array(change(old), node.input[index] + "__wrong"))
+    node.input[index] += "__wrong"
+    return wrong
+
+
+@pytest.mark.parametrize("op_type, layer, index, change", [
+    ("QGemm", "layer.3/output/dense", 4, lambda s: (s * 2).astype(s.dtype)),                  # weight scale
+    ("QLinearMatMul", "layer.3/attention/self/MatMul_1", 7, lambda z: (z + 10).astype(z.dtype)),  # P.V zero point
+])
+def test_a_wrong_int8_kernel_fails_fp16_compare_despite_the_drift(qoperator_bert6, op_type, layer, index, change):
+    quantized, path, feeds = qoperator_bert6
+    checks = _fp16_compare(_tampered(quantized, op_type, layer, index, change), path, feeds)
+    assert all(c.fp16_reference_spread is not None for c in checks)
+    assert not any(c.passed for c in checks), [c.describe() for c in checks]
