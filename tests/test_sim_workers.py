@@ -149,3 +149,26 @@ def test_run_many_forks_after_preparing_and_never_reloads_the_model(tmp_path, mo
     for got, ref in zip(many.outputs, want):
         for name in ref:
             np.testing.assert_array_equal(got[name], ref[name])
+
+
+def test_the_scaling_bench_times_ours_next_to_onnxruntime(capsys):
+    """bench/bench_dataset_scaling.py (bench/RESULTS.md's dataset-mode figures) on the small
+    ResNet-50: every row is timed and printed with its scaling and CPU time."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench",
+                        "bench_dataset_scaling.py")
+    spec = importlib.util.spec_from_file_location("bench_dataset_scaling", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    before = blas.threads()
+    try:
+        assert bench.main(["--small", "--inputs", "4", "--rounds", "1"]) == 0
+    finally:
+        if before:
+            blas.set_threads(before)
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    timed = {" ".join(r[:3]): r for r in rows if r[:1] in (["sim"], ["ort"])}
+    assert set(timed) == {"sim 1 thread", "sim 1 proc", "sim 2 workers", "ort 1 thread", "ort 2 procs"}
+    assert timed["sim 1 thread"][4] == timed["ort 1 thread"][4] == "1.00x"
+    assert all(float(r[3]) > 0 and float(r[7]) > 0 for r in timed.values())
