@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from simulator.compare import SPREAD_FACTOR, Spread, compare_one
+from simulator.compare import SPREAD_FACTOR, TOLERANCE, Spread, compare_one
 
 RNG = np.random.default_rng(11)
 
@@ -117,20 +117,21 @@ def test_fp16_drift_widens_only_outputs_of_fp16_float_kernels():
 
 
 @pytest.fixture(scope="module")
-def qoperator_bert6(tmp_path_factory):
-    """A 6-layer, 64-wide QOperator BERT: deep enough that the .om's fp16 float kernels drift
-    past the fixed int8-fp16 bound (pooler cosine 0.99895 < 0.999) while every int8 kernel is
-    exact (tests/test_int8_models.py)."""
+def qoperator_bert12(tmp_path_factory):
+    """A 12-layer (BERT-base's depth), 64-wide QOperator BERT: deep enough that the .om's fp16
+    float kernels drift past the fixed int8-fp16 bound on this input (pooler 0.125 > 0.1,
+    last_hidden_state cosine 0.9985 < 0.999) while every int8 kernel follows onnxruntime's
+    arithmetic (tests/test_int8_models.py)."""
     pytest.importorskip("onnxruntime.quantization")
     import onnx
     from atc_py.zoo.bert import BertConfig, build_bert_base
     from atc_py.zoo.int8 import calibration_feeds, quantize
-    model = build_bert_base(config=BertConfig(layers=6, hidden=64, heads=2, ffn=256, seq=16, vocab=100,
+    model = build_bert_base(config=BertConfig(layers=12, hidden=64, heads=2, ffn=256, seq=16, vocab=100,
                                               max_positions=32))
     quantized = quantize(model, "qoperator", calibration_feeds(model, 2))
-    path = str(tmp_path_factory.mktemp("bert6") / "bert6_qoperator.onnx")
+    path = str(tmp_path_factory.mktemp("bert12") / "bert12_qoperator.onnx")
     onnx.save(quantized, path)
-    return quantized, path, calibration_feeds(model, 1, seed=5)[0]
+    return quantized, path, calibration_feeds(model, 1, seed=6)[0]
 
 
 def _fp16_compare(compiled, path, feeds):
@@ -142,12 +143,12 @@ def _fp16_compare(compiled, path, feeds):
     return compare_with_onnx(path, graph, feeds, run_ir(graph, feeds, "force_fp16"), dtypes)
 
 
-def test_qoperator_bert_in_fp16_passes_within_twice_the_fp16_references_drift(qoperator_bert6):
-    quantized, path, feeds = qoperator_bert6
+def test_qoperator_bert_in_fp16_passes_within_twice_the_fp16_references_drift(qoperator_bert12):
+    quantized, path, feeds = qoperator_bert12
     checks = {c.name: c for c in _fp16_compare(quantized, path, feeds)}
     assert all(c.precision == "int8-fp16" and c.passed for c in checks.values())
     pooler = checks["pooler_output"]
-    assert pooler.cosine < 0.999                                     # the fixed rule alone fails it
+    assert pooler.max_abs_error > TOLERANCE["int8-fp16"] * pooler.scale   # the fixed rule alone fails it
     assert pooler.reference_spread["max_abs_error"] == 0             # onnxruntime's optimizations change nothing
     drift = pooler.fp16_reference_spread
     assert drift["max_abs_error"] > 0 and "fp16-rounded reference" in pooler.note
@@ -172,8 +173,8 @@ def _tampered(model, op_type: str, layer_name: str, index: int, change):
     ("QGemm", "layer.3/output/dense", 4, lambda s: (s * 2).astype(s.dtype)),                  # weight scale
     ("QLinearMatMul", "layer.3/attention/self/MatMul_1", 7, lambda z: (z + 10).astype(z.dtype)),  # P.V zero point
 ])
-def test_a_wrong_int8_kernel_fails_fp16_compare_despite_the_drift(qoperator_bert6, op_type, layer, index, change):
-    quantized, path, feeds = qoperator_bert6
+def test_a_wrong_int8_kernel_fails_fp16_compare_despite_the_drift(qoperator_bert12, op_type, layer, index, change):
+    quantized, path, feeds = qoperator_bert12
     checks = _fp16_compare(_tampered(quantized, op_type, layer, index, change), path, feeds)
     assert all(c.fp16_reference_spread is not None for c in checks)
     assert not any(c.passed for c in checks), [c.describe() for c in checks]
