@@ -27,7 +27,10 @@ class Gemm:
     `a_elements`: elements of the A operand per product as it sits in global memory (a conv
     reads its feature map, not the im2col matrix).  `shared_b`: B (weights) is the same for
     every batch entry.  `a_onchip` / `b_onchip`: the operand is produced inside the kernel
-    (a fused kernel's normalised input, attention's Q, K, scores), not read from memory."""
+    (a fused kernel's normalised input, attention's Q, K, scores), not read from memory.
+    `epilogue`: vector work on this product's outputs before the next product reads them
+    (attention's softmax on Q.K^T's scores); the cost model splits it over the cores as it
+    splits this product.  A kernel's vector work no product claims belongs to its last one."""
 
     batch: int
     m: int
@@ -39,6 +42,7 @@ class Gemm:
     shared_b: bool = True
     a_onchip: bool = False
     b_onchip: bool = False
+    epilogue: tuple = ()        # ((vector op class, count), ...) run on this product's outputs
 
     @property
     def macs(self) -> int:
@@ -67,7 +71,12 @@ class Work:
 
     @classmethod
     def of_gemms(cls, *gemms: Gemm, cube_dtype: str = "") -> "Work":
-        return cls(cube_macs=sum(g.macs for g in gemms), cube_dtype=cube_dtype, gemms=tuple(gemms))
+        """The work of these products, their epilogues counted in `vector_ops`."""
+        work = cls(cube_macs=sum(g.macs for g in gemms), cube_dtype=cube_dtype, gemms=tuple(gemms))
+        for gemm in gemms:
+            for op_class, count in gemm.epilogue:
+                work.add_vector(op_class, count)
+        return work
 
     def add_vector(self, cls: str, count: int) -> "Work":
         if cls not in VECTOR_OP_CLASSES:

@@ -600,9 +600,9 @@ def _cube_phase(chip: Chip, plan: GemmPlan, ddr_read: float, side_reads: float, 
 
 def _price_cube(chip: Chip, spec: KernelSpec, cost: KernelCost, cube_dtype, vector_cycles: float, lanes: float) -> None:
     """A kernel of cube products: each product a phase of its own, split over the cores the way
-    that prices cheapest; the kernel's other inputs, vector work and outputs belong to its last
-    phase (COST_MODEL.md 3.2-3.5).  The DDR reads are shared among the phases in proportion to
-    the bytes each reads from global memory."""
+    that prices cheapest; the kernel's other inputs, outputs and the vector work no product
+    claims as its epilogue belong to its last phase (COST_MODEL.md 3.2-3.5).  The DDR reads
+    are shared among the phases in proportion to the bytes each reads from global memory."""
     gemms = spec.work.gemms
     options = [gemm_plans(chip, g, cube_dtype, spec.small_channel) for g in gemms]
     operand_bytes = [opts[0].memory_bytes for opts in options]
@@ -614,12 +614,16 @@ def _price_cube(chip: Chip, spec: KernelSpec, cost: KernelCost, cube_dtype, vect
     spill, _ = _spill(chip, spec, max(1.0, fractals), spec.output_bytes)
     from_ddr = spec.ddr_read_bytes / spec.input_bytes if spec.input_bytes else 0.0
     ddr_write = spec.ddr_write_bytes + spill
+    # A product's own epilogue (attention's softmax on its scores) splits as that product
+    # does; the rest of the vector work is the last product's epilogue.
+    own = [sum(count * chip.vector_cycles(cls) for cls, count in g.epilogue) for g in gemms]
+    rest = max(0.0, vector_cycles - sum(own))
     body = 0.0
     chosen = []
     for index, (opts, operands) in enumerate(zip(options, operand_bytes)):
         last = index == len(options) - 1
-        args = ((side - side_constants + spill, side_constants, vector_cycles, spec.output_bytes + spill, ddr_write)
-                if last else (0.0, 0.0, 0.0, 0.0, 0.0))
+        args = ((side - side_constants + spill, side_constants, own[index] + rest, spec.output_bytes + spill, ddr_write)
+                if last else (0.0, 0.0, own[index], 0.0, 0.0))
         ddr_read = from_ddr * operands + ((from_ddr * side + spill) if last else 0.0)
         best = None
         for plan in opts:

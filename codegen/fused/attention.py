@@ -194,9 +194,10 @@ def infer(inputs, attrs):
 
 def work(inputs, outputs, attrs):
     """Cube: the Q/K/V projections (of the roles that have weights), Q.K^T and P.V (KV heads
-    are read by their query groups, not copied).  Vector: projection biases, rotary (3 ops per rotated Q/K element), scale,
-    bias/mask and softmax (max, sub, exp, sum, div as the Softmax op counts them), the NaN
-    guard.  The head split and merge are strided loads/stores of the tiles, not vector
+    are read by their query groups, not copied; Q, K and V operands read from memory when the
+    kernel does not project them).  Vector: projection biases, rotary (3 ops per rotated Q/K
+    element), and on the scores the scale, bias/mask and softmax (max, sub, exp, sum, div as
+    the Softmax op counts them) and the NaN guard.  The head split and merge are strided loads/stores of the tiles, not vector
     moves.  On chip: Q, K, V, the scores and the probabilities."""
     s = SLOTS.read(inputs)
     n = _dims(s, attrs)
@@ -206,28 +207,34 @@ def work(inputs, outputs, attrs):
     projections = [Gemm(batch=1, m=rows, n=cols, k=n["k"][role], a_elements=rows * n["k"][role])
                    for role, rows, cols in (("q", b * sq, q_cols), ("k", b * skv, k_cols), ("v", b * skv, v_cols))
                    if n["k"][role]]
+    # One product per KV head, its query group's rows stacked (how a grouped-query kernel reads
+    # each KV head once).  K and V (and Q) come from global memory when the kernel does not
+    # project them itself (a KV cache, an already projected input): every core working on a
+    # head streams that head's whole K and V whatever share of the query rows it has.  The
+    # work on the scores is Q.K^T's epilogue: it splits over the cores as the scores do.
+    score_ops = [("alu", scores)]                             # scale
+    for name in ("bias", "mask"):
+        if s[name] is not None:
+            score_ops.append(("alu", scores))                 # bias add, mask add / select
+    score_ops += [("alu", 3 * scores), ("transcendental", scores)]   # softmax max, sub, sum; exp
+    # normalise: a reciprocal estimate x, or a division
+    score_ops.append(("alu", scores) if fast_impl(attrs) else ("div", scores))
+    if int(attrs.get("nan_guard", 0)):
+        score_ops.append(("alu", scores))
+    group = h // hkv
+    rows = group * sq
     result = Work.of_gemms(
         *projections,
-        Gemm(batch=b * h, m=sq, n=skv, k=d, shared_b=False, a_onchip=True, b_onchip=True),    # Q.K^T
-        Gemm(batch=b * h, m=sq, n=dv, k=skv, shared_b=False, a_onchip=True, b_onchip=True))   # P.V
+        Gemm(batch=b * hkv, m=rows, n=skv, k=d, a_elements=rows * d, shared_b=False,
+             a_onchip=bool(n["k"]["q"]), b_onchip=bool(n["k"]["k"]), epilogue=tuple(score_ops)),  # Q.K^T
+        Gemm(batch=b * hkv, m=rows, n=dv, k=skv, shared_b=False, a_onchip=True,
+             b_onchip=bool(n["k"]["v"])))                                                      # P.V
     biases = sum(b * (sq if name == "b_q" else skv) * cols for name, cols in
                  (("b_q", q_cols), ("b_k", k_cols), ("b_v", v_cols)) if s[name] is not None)
     if biases:
         result.add_vector("alu", biases)
     if n["rot"]:
         result.add_vector("alu", 3 * b * (h * sq + (hkv * skv if n["rotate_k"] else 0)) * n["rot"])
-    result.add_vector("alu", scores)                          # scale
-    for name in ("bias", "mask"):
-        if s[name] is not None:
-            result.add_vector("alu", scores)                  # bias add, mask add / select
-    result.add_vector("alu", 3 * scores)                      # softmax max, sub, sum
-    result.add_vector("transcendental", scores)               # exp
-    if fast_impl(attrs):                                      # normalise: reciprocal estimate x
-        result.add_vector("alu", scores)
-    else:                                                     # normalise: a division
-        result.add_vector("div", scores)
-    if int(attrs.get("nan_guard", 0)):
-        result.add_vector("alu", scores)
     itemsize = np.dtype(s["x_q"].dtype).itemsize
     result.onchip_bytes = itemsize * (2 * scores + b * sq * q_cols + b * skv * (k_cols + v_cols))
     return result
