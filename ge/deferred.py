@@ -5,7 +5,7 @@ Why: GatedMLP packs a decoder layer's gate and up weights into one [K, 2I] weigh
 eagerly, that is a copy of a third of a decoder's weights (2 GB for a 1.1B model, 2.8 s of
 page faults and copying) made only to be written to the .om once.  A `ColumnConcat` keeps
 views of its parts instead: the .om writer streams its rows through one reused buffer
-(`chunks`), the weights builder fingerprints it from a few rows (`byte_range`), and whoever
+(`chunks`, two buffers in turn), the weights builder fingerprints it from a few rows (`byte_range`), and whoever
 needs the values as an array (`ge.ir.Value.const`) gets them computed then, once.
 """
 from __future__ import annotations
@@ -63,15 +63,19 @@ class ColumnConcat:
 
     def chunks(self, size: int) -> Iterator[memoryview]:
         """The C-order bytes, whole rows at a time, about `size` bytes per chunk (at least
-        one row).  The chunks share one buffer: each is valid until the next is asked for."""
+        one row).  The chunks take turns in two buffers: each is valid until the one after
+        the next is asked for, so the .om writer can still be hashing a chunk on its second
+        thread while this computes the next one."""
         rows, row_bytes = self.shape[0], self.shape[1] * self.dtype.itemsize
         if not rows or not row_bytes:
             return
         step = max(1, min(rows, size // row_bytes))
-        buffer = np.empty((step, self.shape[1]), self.dtype).view(_Block)
-        buffer.sources = self.parts
-        for start in range(0, rows, step):
-            block = buffer[:min(step, rows - start)]
+        buffers: list = []
+        for turn, start in enumerate(range(0, rows, step)):
+            if len(buffers) <= turn % 2:
+                buffers.append(np.empty((step, self.shape[1]), self.dtype).view(_Block))
+                buffers[-1].sources = self.parts
+            block = buffers[turn % 2][:min(step, rows - start)]
             self._rows_into(block, start)
             yield memoryview(block.reshape(-1).view(np.uint8)).toreadonly()
 

@@ -157,11 +157,16 @@ class _HashingWriter:
     hashed once, from the caller's buffer (views, never copies), by hashlib's OpenSSL code.
 
     With a core to spare, a large chunk is hashed on a second thread while it is written
-    (both release the GIL), so hashing costs no time of its own.  On a busy machine the
-    second thread only adds work (both threads then read every byte from memory); there each
-    chunk is hashed and written a cache-sized piece at a time, so the write reads what the
-    hash just brought into the cache: 10% less CPU for a 4.4 GB .om on this project's shared
-    2-core machine (bench/RESULTS.md, memory section).  Whether a core is spare is asked
+    (both release the GIL), and that hash runs on while the caller makes the next chunk (a
+    packed weight's rows, ge/deferred.py), so hashing costs no time of its own.  At most one
+    chunk is out being hashed: `write` waits for it before it hashes anything else (SHA-256
+    takes the bytes in file order), so a chunk must stay valid until the write after its
+    own returns -- views of mapped or held arrays do; a deferred array's chunks do too.
+
+    On a busy machine the second thread only adds work (both threads then read every byte
+    from memory); there each chunk is hashed and written a cache-sized piece at a time, so
+    the write reads what the hash just brought into the cache: 10% less CPU for a 4.4 GB .om
+    on this project's shared 2-core machine (bench/RESULTS.md, memory section).  Whether a core is spare is asked
     again every _RECHECK_S while a large .om is written (a neighbour may start or stop), unless
     the caller fixes it with `threaded`."""
 
@@ -177,6 +182,7 @@ class _HashingWriter:
         self._fixed = threaded
         self._spare, self._asked_at = False, None
         self._pool = None
+        self._hashing = None                 # the Future of the chunk being hashed on the second thread
 
     def _threaded(self) -> bool:
         if self._fixed is not None:
@@ -186,15 +192,20 @@ class _HashingWriter:
             self._spare, self._asked_at = _spare_core(), now
         return self._spare
 
+    def _hashed(self) -> None:
+        """Wait for the chunk out on the second thread (and raise what its hash raised)."""
+        if self._hashing is not None:
+            hashing, self._hashing = self._hashing, None
+            hashing.result()
+
     def write(self, chunk) -> None:
-        if len(chunk) >= self._OVERLAP and self._threaded():
+        threaded = len(chunk) >= self._OVERLAP and self._threaded()
+        self._hashed()
+        if threaded:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="om-sha256")
-            hashed = self._pool.submit(self.sha.update, chunk)
-            try:
-                self.f.write(chunk)
-            finally:
-                hashed.result()
+            self._hashing = self._pool.submit(self.sha.update, chunk)
+            self.f.write(chunk)
         elif len(chunk) > self._PIECE:
             view = memoryview(chunk)
             for start in range(0, len(view), self._PIECE):
@@ -211,8 +222,12 @@ class _HashingWriter:
             self.on_bytes(self.written, self.total)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
+        """Wait for the last hash (the digest is complete after this) and end the thread."""
+        try:
+            self._hashed()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
 
 
 def stream_om(f: BinaryIO, partitions: dict, *, name: str, ops: int, platform_version: str,

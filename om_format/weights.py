@@ -163,7 +163,8 @@ class WeightsBuilder:
     def chunks(self, size: Optional[int] = None) -> Iterator[memoryview]:
         """The partition's bytes in order, as views of at most `size` bytes (CHUNK_BYTES by
         default; zero padding between arrays, none after the last).  A deferred array's
-        chunks share its buffer: each is valid until the next is asked for."""
+        chunks take turns in its two buffers: each is valid until the one after the next is
+        asked for (ge/deferred.py)."""
         size = size or CHUNK_BYTES
         position = 0
         for offset, source in self._items:

@@ -410,6 +410,56 @@ def test_column_concat_streams_the_packed_bytes_without_packing_them_whole():
         ColumnConcat([gate, up.astype(np.float16)])
 
 
+def test_a_deferred_chunk_stays_valid_until_the_one_after_the_next_is_asked_for():
+    """The .om writer may still be hashing chunk k on its second thread while chunk k+1 is
+    computed: the chunks take turns in two buffers."""
+    from ge.deferred import ColumnConcat
+    rng = np.random.default_rng(3)
+    gate, up = rng.standard_normal((40, 8), np.float32), rng.standard_normal((40, 8), np.float32)
+    want = np.concatenate([gate, up], axis=1).tobytes()
+    row = 16 * 4
+    chunks = ColumnConcat([gate, up]).chunks(3 * row)
+    previous = next(chunks)
+    for k, chunk in enumerate(chunks, 1):
+        assert bytes(previous) == want[(k - 1) * 3 * row:k * 3 * row]        # k-1 intact after k was made
+        previous = chunk
+    assert bytes(previous) == want[k * 3 * row:]
+
+
+def test_the_writer_hashes_a_chunk_while_the_next_is_made(monkeypatch):
+    """With a core to spare, write() returns while its chunk is still being hashed; the next
+    write waits for that hash first, so SHA-256 gets the bytes in order."""
+    import hashlib
+    import threading
+    started, release = threading.Event(), threading.Event()
+    fed = []
+
+    class SlowSha:
+        def __init__(self):
+            self._sha = hashlib.sha256()
+
+        def update(self, data):
+            started.set()
+            assert release.wait(10)
+            fed.append(bytes(data))
+            self._sha.update(data)
+
+        def digest(self):
+            return self._sha.digest()
+
+    out = io.BytesIO()
+    writer = container._HashingWriter(out, 0, threaded=True)
+    writer.sha = SlowSha()
+    first, second = bytes(range(256)) * 4096, bytes(reversed(range(256))) * 4096     # 1 MiB each
+    writer.write(memoryview(first))
+    assert started.wait(10) and not fed            # returned with the hash still running
+    release.set()
+    writer.write(memoryview(second))
+    writer.close()
+    assert fed == [first, second] and out.getvalue() == first + second
+    assert writer.sha.digest() == hashlib.sha256(first + second).digest()
+
+
 def test_weights_builder_writes_and_shares_deferred_arrays_like_arrays(monkeypatch):
     """A deferred array lands at the same offset, with the same bytes and the same sharing,
     as the array it stands for: the partition is byte-identical."""
