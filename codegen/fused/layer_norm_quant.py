@@ -18,26 +18,11 @@ Inputs: x, gamma, beta (as the LayerNorm reads them), then the views' shape cons
 from __future__ import annotations
 
 from codegen.fused import autofused
+from codegen.fused.quant_attention import compute_stored, infer_subgraph
 from codegen.registry import register
-from ge.ops.common import FLOAT_TYPES
 from ge.ops.registry import OpDef, OpKind
 
 OP_TYPE = "LayerNormQuantFusionOp"
-
-
-def _stored(inputs, attrs):
-    """Float inputs the precision mode moved to float16 go back to their stored dtype."""
-    stored = autofused.decode_subgraph(attrs["subgraph"]).inputs
-    return [a if a is None or t is None or a.dtype not in FLOAT_TYPES else a.astype(t.dtype, copy=False)
-            for a, t in zip(inputs, stored)]
-
-
-def _compute(inputs, attrs):
-    return autofused.compute(_stored(inputs, attrs), {"subgraph": attrs["subgraph"]})
-
-
-def _infer(inputs, attrs):
-    return autofused.infer(list(inputs), {"subgraph": attrs["subgraph"]})
 
 
 def _work(inputs, outputs, attrs):
@@ -45,4 +30,4 @@ def _work(inputs, outputs, attrs):
     return autofused.work(list(inputs), outputs, {"subgraph": attrs["subgraph"]})
 
 
-register(OpDef(OP_TYPE, OpKind.OPAQUE, _compute, _infer), _work)
+register(OpDef(OP_TYPE, OpKind.OPAQUE, compute_stored, infer_subgraph), _work)

@@ -68,11 +68,13 @@ def _float32_args(inputs, attrs):
             for a, t in zip(inputs, stored)]
 
 
-def _compute(inputs, attrs):
+def compute_stored(inputs, attrs):
+    """Run the ``subgraph`` attr with every member in its stored dtype (whatever the precision
+    mode): the int8 kernels' float steps (also codegen/fused/layer_norm_quant.py)."""
     return autofused.compute(_float32_args(inputs, attrs), {"subgraph": attrs["subgraph"]})
 
 
-def _infer(inputs, attrs):
+def infer_subgraph(inputs, attrs):
     return autofused.infer(list(inputs), {"subgraph": attrs["subgraph"]})
 
 
@@ -84,4 +86,4 @@ def _work(inputs, outputs, attrs):
     return total
 
 
-register(OpDef(QUANT_ATTENTION, OpKind.OPAQUE, _compute, _infer), _work)
+register(OpDef(QUANT_ATTENTION, OpKind.OPAQUE, compute_stored, infer_subgraph), _work)
