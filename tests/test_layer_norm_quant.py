@@ -69,8 +69,12 @@ def test_qdq_layer_norm_and_its_quantize_are_one_kernel(mode):
     assert [np.dtype(v.desc.dtype) for v in kernel.outputs] == [np.int8]
     assert results["LayerNormQuantFusionPass"].changes == 1
     expected, got = _check(model, graph, mode)
-    if mode == "force_fp32":      # (under force_fp16 the float input itself reaches it as fp16)
+    if mode == "force_fp32":
         assert np.array_equal(got["y"], expected["y"])
+    # the members run as the unfused kernels did under the mode: the fusion changes no number
+    unfused, _ = fuse_model(model, passes=[])
+    f = feeds()
+    assert np.array_equal(run_ir(graph, f, mode)["y"], run_ir(unfused, f, mode)["y"])
 
 
 def test_every_quantizing_reader_joins_and_float_readers_get_the_normalized_rows():

@@ -68,13 +68,11 @@ def _float32_args(inputs, attrs):
             for a, t in zip(inputs, stored)]
 
 
-def compute_stored(inputs, attrs):
-    """Run the ``subgraph`` attr with every member in its stored dtype (whatever the precision
-    mode): the int8 kernels' float steps (also codegen/fused/layer_norm_quant.py)."""
+def _compute(inputs, attrs):
     return autofused.compute(_float32_args(inputs, attrs), {"subgraph": attrs["subgraph"]})
 
 
-def infer_subgraph(inputs, attrs):
+def _infer(inputs, attrs):
     return autofused.infer(list(inputs), {"subgraph": attrs["subgraph"]})
 
 
@@ -86,4 +84,4 @@ def _work(inputs, outputs, attrs):
     return total
 
 
-register(OpDef(QUANT_ATTENTION, OpKind.OPAQUE, compute_stored, infer_subgraph), _work)
+register(OpDef(QUANT_ATTENTION, OpKind.OPAQUE, _compute, _infer), _work)
