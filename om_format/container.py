@@ -182,7 +182,7 @@ class _HashingWriter:
         self._fixed = threaded
         self._spare, self._asked_at = False, None
         self._pool = None
-        self._hashing = None                 # the Future of the chunk being hashed on the second thread
+        self._hashing = None                 # (Future, chunk) of the chunk being hashed on the second thread
 
     def _threaded(self) -> bool:
         if self._fixed is not None:
@@ -195,8 +195,18 @@ class _HashingWriter:
     def _hashed(self) -> None:
         """Wait for the chunk out on the second thread (and raise what its hash raised)."""
         if self._hashing is not None:
-            hashing, self._hashing = self._hashing, None
+            (hashing, chunk), self._hashing = self._hashing, None
             hashing.result()
+            self._done(chunk)
+
+    def _done(self, chunk) -> None:
+        """A chunk is written and hashed: tell the caller (who may drop the mapped pages it
+        came from -- never while the hash still reads them)."""
+        self.written += len(chunk)
+        if self.on_chunk is not None:
+            self.on_chunk(chunk)
+        if self.on_bytes is not None:
+            self.on_bytes(self.written, self.total)
 
     def write(self, chunk) -> None:
         threaded = len(chunk) >= self._OVERLAP and self._threaded()
@@ -204,7 +214,7 @@ class _HashingWriter:
         if threaded:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="om-sha256")
-            self._hashing = self._pool.submit(self.sha.update, chunk)
+            self._hashing = (self._pool.submit(self.sha.update, chunk), chunk)
             self.f.write(chunk)
         elif len(chunk) > self._PIECE:
             view = memoryview(chunk)
@@ -215,11 +225,8 @@ class _HashingWriter:
         else:
             self.sha.update(chunk)
             self.f.write(chunk)
-        self.written += len(chunk)
-        if self.on_chunk is not None:
-            self.on_chunk(chunk)
-        if self.on_bytes is not None:
-            self.on_bytes(self.written, self.total)
+        if self._hashing is None:
+            self._done(chunk)
 
     def close(self) -> None:
         """Wait for the last hash (the digest is complete after this) and end the thread."""
@@ -243,7 +250,7 @@ def stream_om(f: BinaryIO, partitions: dict, *, name: str, ops: int, platform_ve
     they live).  The header's checksum covers everything after it, so it is computed while
     the payload is written and the header is written last.  `on_bytes(done, total)` is
     told the payload bytes written so far after each chunk, `on_chunk(chunk)` each chunk
-    once it is written (so a caller can drop the mapped pages it came from).  Deterministic: same input, same bytes."""
+    once it is written and hashed (so a caller can drop the mapped pages it came from).  Deterministic: same input, same bytes."""
     parts = _checked_parts(partitions)
     order = sorted(parts)
     if len(userdefineinfo) > 32:

@@ -428,7 +428,8 @@ def test_a_deferred_chunk_stays_valid_until_the_one_after_the_next_is_asked_for(
 
 def test_the_writer_hashes_a_chunk_while_the_next_is_made(monkeypatch):
     """With a core to spare, write() returns while its chunk is still being hashed; the next
-    write waits for that hash first, so SHA-256 gets the bytes in order."""
+    write waits for that hash first, so SHA-256 gets the bytes in order, and only then says
+    the chunk is done (the driver drops mapped pages then, not under the hash)."""
     import hashlib
     import threading
     started, release = threading.Event(), threading.Event()
@@ -447,17 +448,26 @@ def test_the_writer_hashes_a_chunk_while_the_next_is_made(monkeypatch):
         def digest(self):
             return self._sha.digest()
 
+    told = []
+
+    def on_chunk(chunk):                           # the caller may drop the chunk's pages now:
+        assert bytes(chunk) in fed                 # only once its hash is done
+        told.append(len(chunk))
+
     out = io.BytesIO()
-    writer = container._HashingWriter(out, 0, threaded=True)
-    writer.sha = SlowSha()
     first, second = bytes(range(256)) * 4096, bytes(reversed(range(256))) * 4096     # 1 MiB each
+    progress = []
+    writer = container._HashingWriter(out, 2 * len(first), lambda done, total: progress.append((done, total)),
+                                      on_chunk, threaded=True)
+    writer.sha = SlowSha()
     writer.write(memoryview(first))
-    assert started.wait(10) and not fed            # returned with the hash still running
+    assert started.wait(10) and not fed and not told     # returned with the hash still running
     release.set()
     writer.write(memoryview(second))
     writer.close()
     assert fed == [first, second] and out.getvalue() == first + second
     assert writer.sha.digest() == hashlib.sha256(first + second).digest()
+    assert told == [len(first), len(second)] and progress[-1] == (2 * len(first), 2 * len(first))
 
 
 def test_weights_builder_writes_and_shares_deferred_arrays_like_arrays(monkeypatch):
