@@ -153,6 +153,8 @@ def test_qoperator_bert_in_fp16_passes_within_twice_the_fp16_references_drift(qo
     drift = pooler.fp16_reference_spread
     assert drift["max_abs_error"] > 0 and "fp16-rounded reference" in pooler.note
     assert pooler.tolerance * pooler.scale == SPREAD_FACTOR * drift["max_abs_error"]
+    assert pooler.bound == "fp16 drift" and pooler.fp32_rerun["result"] == "PASS"   # the int8 kernels are exact
+    assert pooler.fp32_rerun["max_abs_error"] <= 1e-5
 
 
 def _tampered(model, op_type: str, layer_name: str, index: int, change):
@@ -178,3 +180,15 @@ def test_a_wrong_int8_kernel_fails_fp16_compare_despite_the_drift(qoperator_bert
     checks = _fp16_compare(_tampered(quantized, op_type, layer, index, change), path, feeds)
     assert all(c.fp16_reference_spread is not None for c in checks)
     assert not any(c.passed for c in checks), [c.describe() for c in checks]
+
+
+def test_a_wrong_int8_kernel_within_the_drift_fails_by_its_float32_rerun(qoperator_bert12):
+    """One FFN GEMM's weight scale 20% off moves the outputs less than fp16 drifts on a
+    12-layer model (0.316 / 0.180 within 2 x 0.240 / 0.108), but with the float kernels in
+    float32 the int8 rule (one step) sees it."""
+    quantized, path, feeds = qoperator_bert12
+    wrong = _tampered(quantized, "QGemm", "layer.3/output/dense", 4, lambda s: (s * 1.2).astype(s.dtype))
+    checks = _fp16_compare(wrong, path, feeds)
+    drifted = [c for c in checks if c.bound == "fp16 drift"]
+    assert drifted and not any(c.passed for c in checks)
+    assert all(c.fp32_rerun["result"] == "FAIL" and "float32" in c.note for c in drifted)
