@@ -119,8 +119,8 @@ def test_fp16_drift_widens_only_outputs_of_fp16_float_kernels():
 @pytest.fixture(scope="module")
 def qoperator_bert12(tmp_path_factory):
     """A 12-layer (BERT-base's depth), 64-wide QOperator BERT: deep enough that the .om's fp16
-    float kernels drift past the fixed int8-fp16 bound on this input (pooler 0.125 > 0.1,
-    last_hidden_state cosine 0.9985 < 0.999) while every int8 kernel follows onnxruntime's
+    float kernels drift past the fixed int8-fp16 bound on this input (pooler 0.112 > 0.1,
+    last_hidden_state cosine 0.9984 < 0.999) while every int8 kernel follows onnxruntime's
     arithmetic (tests/test_int8_models.py)."""
     pytest.importorskip("onnxruntime.quantization")
     import onnx
@@ -183,12 +183,13 @@ def test_a_wrong_int8_kernel_fails_fp16_compare_despite_the_drift(qoperator_bert
 
 
 def test_a_wrong_int8_kernel_within_the_drift_fails_by_its_float32_rerun(qoperator_bert12):
-    """One FFN GEMM's weight scale 20% off moves the outputs less than fp16 drifts on a
-    12-layer model (0.316 / 0.180 within 2 x 0.240 / 0.108), but with the float kernels in
-    float32 the int8 rule (one step) sees it."""
+    """One FFN GEMM's weight scale 20% off moves last_hidden_state less than fp16 drifts on
+    a 12-layer model (0.246 within 2 x 0.240), but with the float kernels in float32 the int8
+    rule sees it."""
     quantized, path, feeds = qoperator_bert12
     wrong = _tampered(quantized, "QGemm", "layer.3/output/dense", 4, lambda s: (s * 1.2).astype(s.dtype))
     checks = _fp16_compare(wrong, path, feeds)
-    drifted = [c for c in checks if c.bound == "fp16 drift"]
-    assert drifted and not any(c.passed for c in checks)
-    assert all(c.fp32_rerun["result"] == "FAIL" and "float32" in c.note for c in drifted)
+    assert not any(c.passed for c in checks)
+    rerun = [c for c in checks if c.fp32_rerun is not None]      # the outputs the drift alone would pass
+    assert rerun and all(c.bound == "fp16 drift" and c.fp32_rerun["result"] == "FAIL" and "float32" in c.note
+                         for c in rerun)
