@@ -9,7 +9,7 @@ scale each), as onnxruntime's quantize_static writes BERT's self-attention:
         -> Softmax -> Q -> DQ --+
     [int8 views] -> DQ(v) ------+-> MatMul -> [ Q -> [int8 views] ]
 and as its QOperator form writes it (the ops kept as written, their own integer numerics):
-    QLinearMatMul(q, k) -> { DQ | Div/Mul | Q | QLinearAdd(mask) } -> QLinearSoftmax
+    QLinearMatMul(q, k) -> { DQ | Div/Mul | Q | QLinearMul(scale) | QLinearAdd(mask) } -> QLinearSoftmax
         -> QLinearMatMul(p, v) -> [int8 views]
 The int8 views before the operands (head split) and after the output (head merge) join the
 kernel when nothing else reads them; a DequantizeLinear read elsewhere too stays, and the
@@ -108,6 +108,9 @@ def _score_step(node: Node, cur: Value, after_softmax: bool) -> Optional[str]:
     if t in ("Div", "Mul"):
         other = node.inputs[1] if node.inputs[0] is cur else node.inputs[0]
         return None if scalar_const(other) is not None else f"{t} by a tensor"
+    if t == "QLinearMul":           # QOperator's scale: an int8 constant times the int8 scores
+        other = node.inputs[3] if node.inputs[0] is cur else node.inputs[0]
+        return None if other is not None and other.is_const and other.const.size == 1 else "QLinearMul by a tensor"
     if t in ("Add", "QLinearAdd"):
         same = tuple(node.outputs[0].desc.shape) == tuple(cur.desc.shape)
         return None if same else "an Add that broadcasts the scores"
