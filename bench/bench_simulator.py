@@ -13,6 +13,8 @@ inputs:
   ort_off  onnxruntime, ORT_DISABLE_ALL, 1 thread (the --compare reference)
 It prints the median of --repeat timed runs, min and max, the ratios, the first forward
 after load against the median, and where the simulator's time goes (per op type).
+`--split` splits the simulator's CPU time per conv kind (kernel size, stride, map, path,
+epilogue) into BLAS GEMMs and the rest (im2col, Winograd transforms, epilogues, Python).
 `--compete N` keeps N CPU-bound processes busy for the whole measurement (they are stopped
 at the end); `--many K` also times runner.run_many on K input sets with 1 and with all
 free cores; `--floor` times the model's conv GEMMs alone, one by one, in numpy (OpenBLAS)
@@ -20,7 +22,7 @@ and in onnxruntime's MLAS (a MatMul of each size), the least the simulator's for
 take with numpy's GEMM.  The load average before and after is printed with the figures.
 
     python3 bench/bench_simulator.py [--models resnet50] [--repeat 9] [--blas_threads 1] [--compete 1]
-                                     [--many 16] [--floor]
+                                     [--many 16] [--floor] [--split]
 """
 from __future__ import annotations
 
@@ -85,6 +87,83 @@ def kernel_breakdown(model, feeds) -> list:
     last[0] = time.perf_counter()
     execute(model.plan, feeds, on_kernel=tick)
     return sorted(((t, ms, count[t]) for t, ms in per_type.items()), key=lambda r: -r[1])
+
+
+def _kernel_kind(node) -> str:
+    """A conv kernel's kind for the GEMM/other split: kernel size, stride, input channels and
+    map size, the path it takes (ge/ops/nn.py, ge/ops/winograd.py) and its epilogue."""
+    from ge.ops import winograd
+
+    if not node.op_type.startswith(("Conv", "DepthwiseConv", "GroupConv", "DilatedConv")):
+        return node.op_type
+    a, x = node.attrs, node.inputs[0].desc.shape
+    k, st = list(a.get("kernel_shape") or []), list(a.get("strides") or [1] * (len(x) - 2))
+    kind = f"{'x'.join(map(str, k))} s{st[0]} C{x[1]} {x[2]}x{x[3]}" if len(x) == 4 else node.op_type
+    if len(x) == 4 and k == [3, 3] and st == [1, 1] and int(a.get("group", 1)) == 1:
+        from ge.ops.nn import _window_geometry
+        out = _window_geometry(tuple(x[2:]), k, a).out
+        if winograd.applies(np.float32, (1, 1, 3, 3), 1, st, [1, 1], out):
+            kind += f" Winograd F{winograd.tiling_for(out).m}"
+    if a.get("residual_conv"):
+        kind += " + downsample conv"
+    elif len(node.inputs) > 3 and node.inputs[3] is not None:
+        kind += " + residual"
+    return kind
+
+
+def gemm_split(model, feeds, repeat: int) -> list:
+    """(kernel kind, kernels, CPU ms per forward, of which in BLAS GEMMs) by kind, largest
+    first: medians over `repeat` forwards, each kernel timed between executor callbacks and
+    its GEMMs (np.matmul in ge/ops/nn.py and ge/ops/winograd.py, ge.ops.openblas.gemm_into)
+    timed inside it.  What is not GEMM is the kernel's own numpy work (im2col, Winograd
+    transforms, epilogues) and the executor's Python."""
+    from ge.ops import nn, openblas, winograd
+    from simulator.executor import execute
+
+    spent = [0.0]
+
+    def timed(fn):
+        def call(*args, **kwargs):
+            c0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[0] += time.process_time() - c0
+        return call
+
+    class _Numpy:              # numpy as ge/ops/nn.py and winograd.py see it, matmul timed
+        matmul = staticmethod(timed(np.matmul))
+
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+    saved = (nn.np, winograd.np, openblas.gemm_into)
+    nn.np, winograd.np, openblas.gemm_into = _Numpy(), _Numpy(), timed(saved[2])
+    per = defaultdict(lambda: defaultdict(list))
+    try:
+        for _ in range(repeat):
+            rec, last = {}, [time.process_time(), 0.0]
+
+            def tick(node):
+                now = time.process_time()
+                rec[node.name] = (node, (now - last[0]) * 1e3, (spent[0] - last[1]) * 1e3)
+                last[0], last[1] = now, spent[0]
+
+            last[0], last[1] = time.process_time(), spent[0]
+            execute(model.plan, feeds, on_kernel=tick)
+            for name, (node, ms, gemm) in rec.items():
+                per[name]["ms"].append(ms)
+                per[name]["gemm"].append(gemm)
+                per[name]["node"] = node
+    finally:
+        nn.np, winograd.np, openblas.gemm_into = saved
+    kinds = defaultdict(lambda: [0, 0.0, 0.0])
+    for entry in per.values():
+        row = kinds[_kernel_kind(entry["node"])]
+        row[0] += 1
+        row[1] += float(np.median(entry["ms"]))
+        row[2] += float(np.median(entry["gemm"]))
+    return sorted(((k, n, ms, g) for k, (n, ms, g) in kinds.items()), key=lambda r: -r[2])
 
 
 def conv_gemms(model) -> list:
@@ -165,7 +244,8 @@ def _ms(fn, cpu: list = None) -> float:
     return wall
 
 
-def bench(name: str, workdir: str, repeat: int, blas_threads: int, many: int, floor: bool = False) -> dict:
+def bench(name: str, workdir: str, repeat: int, blas_threads: int, many: int, floor: bool = False,
+          split: bool = False) -> dict:
     from simulator import blas, runner
 
     t0 = time.perf_counter()
@@ -194,6 +274,8 @@ def bench(name: str, workdir: str, repeat: int, blas_threads: int, many: int, fl
               **{f"{k}_max": float(np.max(v)) for k, v in times.items()},
               **{f"{k}_cpu": float(np.median(v)) for k, v in cpu.items()}}
     result["breakdown"] = kernel_breakdown(model, feeds)
+    if split:
+        result["split"] = gemm_split(model, feeds, repeat)
     if floor:
         result["floor"] = gemm_floor(model, repeat)
     if many:
@@ -213,6 +295,8 @@ def main(argv=None) -> int:
     parser.add_argument("--compete", type=int, default=0, help="CPU-bound processes kept busy meanwhile")
     parser.add_argument("--many", type=int, default=0, help="also time runner.run_many on this many input sets")
     parser.add_argument("--workdir", default="", help="where the .onnx/.om go (default: a temp folder)")
+    parser.add_argument("--split", action="store_true",
+                        help="also split the simulator's CPU time per conv kind into BLAS GEMMs and the rest")
     parser.add_argument("--floor", action="store_true",
                         help="also time the model's conv GEMMs alone: numpy (OpenBLAS) vs onnxruntime's MLAS")
     args = parser.parse_args(argv)
@@ -230,7 +314,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             workdir = args.workdir or tmp
             os.makedirs(workdir, exist_ok=True)
-            rows = [bench(name, workdir, args.repeat, args.blas_threads, args.many, args.floor)
+            rows = [bench(name, workdir, args.repeat, args.blas_threads, args.many, args.floor, args.split)
                     for name in args.models.split(",")]
     finally:
         for p in competitors:
@@ -254,6 +338,12 @@ def main(argv=None) -> int:
         total = sum(ms for _, ms, _ in r["breakdown"])
         top = ", ".join(f"{t} {ms:.1f} ms ({100 * ms / total:.0f}%, {n}x)" for t, ms, n in r["breakdown"][:5])
         print(f"{r['model']} simulator time by op type: {top}")
+        if "split" in r:
+            print(f"{r['model']} CPU ms per forward by kernel kind (median of {args.repeat}; GEMM = time in BLAS):")
+            for kind, n, ms, gemm in r["split"]:
+                print(f"  {kind:<40} {n:>3}x  {ms:7.2f} ms  GEMM {gemm:7.2f}  other {ms - gemm:6.2f}")
+            total, gemm = sum(row[2] for row in r["split"]), sum(row[3] for row in r["split"])
+            print(f"  {'all kernels':<40}       {total:7.2f} ms  GEMM {gemm:7.2f}  other {total - gemm:6.2f}")
         if "floor" in r:
             f = r["floor"]
             print(f"{r['model']} conv GEMMs alone ({f['gemms']} GEMMs, {f['gflop']:.2f} GFLOP, CPU ms, 1 thread): "

@@ -8,18 +8,19 @@ to 400-770 ms.  One thread per *free* core never waits on a core it cannot have.
 
 Why our own few lines rather than threadpoolctl: numpy's wheels bundle one BLAS (OpenBLAS,
 as scipy-openblas), whose thread count is one exported C function; finding the loaded
-library in /proc/self/maps and calling it is ~20 lines with no dependency, while
-threadpoolctl's value -- MKL, BLIS and OpenMP runtimes of other builds -- is not something
-this project ships.  Without an OpenBLAS we can reach, `describe()` says so and the thread
-count stays whatever the BLAS chose (set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS yourself).
+library in /proc/self/maps (ge/ops/openblas.py, which also calls its GEMM) and calling it is
+~20 lines with no dependency, while threadpoolctl's value -- MKL, BLIS and OpenMP runtimes of
+other builds -- is not something this project ships.  Without an OpenBLAS we can reach,
+`describe()` says so and the thread count stays whatever the BLAS chose (set
+OPENBLAS_NUM_THREADS / OMP_NUM_THREADS yourself).
 """
 from __future__ import annotations
 
 import ctypes
-import os
 from functools import lru_cache
 from typing import Optional
 
+from ge.ops import openblas
 # "Is a core free?" has one answer in the project (om_format/cores.py); re-exported here for
 # the executor's callers.
 from om_format.cores import busy_elsewhere, free_cores, usable_cores  # noqa: F401
@@ -34,24 +35,9 @@ _CONFIGS = ("scipy_openblas_get_config64_", "scipy_openblas_get_config", "openbl
 
 @lru_cache(maxsize=1)
 def _library():
-    """numpy's OpenBLAS, found among the libraries this process has loaded."""
-    import numpy  # noqa: F401  (loads the BLAS)
-
-    paths = []
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                parts = line.split()
-                path = parts[5] if len(parts) >= 6 else ""
-                if "openblas" in os.path.basename(path).lower() and path not in paths:
-                    paths.append(path)
-    except OSError:
-        return None
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
+    """numpy's OpenBLAS (ge/ops/openblas.py finds it among the loaded libraries): its thread
+    setter, getter and configuration string."""
+    for lib in openblas.loaded():
         setter = next((getattr(lib, n) for n in _SETTERS if hasattr(lib, n)), None)
         if setter is not None:
             getter = next((getattr(lib, n) for n in _GETTERS if hasattr(lib, n)), None)

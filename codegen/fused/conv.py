@@ -66,6 +66,7 @@ from codegen.fused import epilogue
 from codegen.fused.slots import Slots
 from codegen.registry import kernel_of, register
 from codegen.work import Work
+from ge.ops.nn import conv_forward, conv_output_shape
 from ge.ops.registry import OpDef, OpKind, TensorType, get_op
 from ge.errors import InvalidNode
 
@@ -86,19 +87,23 @@ def residual_conv_attrs(attrs: dict) -> dict:
 
 def _conv_block(s: dict, attrs: dict) -> np.ndarray:
     """conv (+ residual conv) + bias + residual + activation, in the on-chip (accumulation)
-    dtype; `s` is the kernel's inputs by slot name."""
+    dtype; `s` is the kernel's inputs by slot name.  As the cube accumulates into L0C, the
+    bias, a residual added before the activation and the residual conv's product all go
+    into the conv's accumulator (ge.ops.nn.conv_forward) rather than being added after."""
     x, w, b = s["x"], s["w"], s["bias"]
     acc = epilogue.accumulate_dtype(x.dtype)
     xa = x.astype(acc, copy=False)
     if attrs.get("input_scale"):
         xa = xa * s["scale"].astype(acc, copy=False)
-    # the bias goes to the conv, which adds it where it costs least (a Winograd conv: on one
-    # transform point); w stays the constant the executor keeps (widened there)
-    y = get_op("Conv").compute([xa, w] + ([b] if b is not None else []), attrs)[0]
+    residual, base = s["residual"], None
+    if residual is not None and epilogue.residual_first(attrs) \
+            and tuple(residual.shape) == conv_output_shape(xa.shape, w.shape, attrs):
+        residual, base = None, residual.astype(acc, copy=False)
+    y = conv_forward(xa, w, attrs, b, base)             # widened there; w stays the constant the executor keeps
     if attrs.get("residual_conv"):
-        y += get_op("Conv").compute([s["res_x"].astype(acc, copy=False), s["res_w"].astype(acc, copy=False)],
-                                    residual_conv_attrs(attrs))[0]
-    return epilogue.apply(y, attrs, None, s["residual"], x.dtype, owned=True)     # y is this kernel's own
+        y = conv_forward(s["res_x"].astype(acc, copy=False), s["res_w"], residual_conv_attrs(attrs), base=y,
+                         base_owned=True)
+    return epilogue.apply(y, attrs, None, residual, x.dtype, owned=True)     # y is this kernel's own
 
 
 def _conv_block_type(s: dict, attrs: dict) -> TensorType:

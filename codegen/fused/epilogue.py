@@ -84,6 +84,12 @@ def gated(attrs: dict) -> bool:
     return bool(int(attrs.get("gate", 0)))
 
 
+def residual_first(attrs: dict) -> bool:
+    """Whether the residual is added before the activation (ResNet's relu(conv + x)), i.e.
+    straight onto the accumulator."""
+    return not (int(attrs.get("residual_after_act", 0)) or gated(attrs))
+
+
 def apply(acc: np.ndarray, attrs: dict, bias: Optional[np.ndarray] = None,
           residual: Optional[np.ndarray] = None, data_dtype=None, owned: bool = False) -> np.ndarray:
     """bias, residual and activation (and the gate) on the accumulator `acc` (in its dtype);
@@ -95,7 +101,7 @@ def apply(acc: np.ndarray, attrs: dict, bias: Optional[np.ndarray] = None,
         acc = _add(acc, bias.astype(ct, copy=False), owned)
         owned = True
     gate = gated(attrs)
-    after = int(attrs.get("residual_after_act", 0)) or gate
+    after = not residual_first(attrs)
     if residual is not None and not after:
         acc = _add(acc, residual.astype(ct, copy=False), owned)
         owned = True

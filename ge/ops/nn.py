@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ge.ops import winograd
+from ge.ops import openblas, winograd
 from ge.ops.common import broadcast_shape
 from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import InvalidNode, invalid_attr
@@ -31,7 +31,7 @@ def _per_axis(attrs: dict, name: str, n: int, default: int) -> list:
     value = attrs.get(name)
     if value is None or (hasattr(value, "__len__") and len(value) == 0):
         return [default] * n
-    value = [int(v) for v in np.atleast_1d(value)]
+    value = [int(v) for v in (value if isinstance(value, (list, tuple)) else np.atleast_1d(value))]
     if len(value) != n:
         raise InvalidNode(f"attribute [{name}] has {len(value)} values, the op has {n} "
                           "spatial axes", "Give one value per spatial axis.")
@@ -240,13 +240,28 @@ def _depthwise(xp, wt, out, kernel, strides, dilations):
 
 
 def conv_compute(inputs, attrs):
-    x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
+    return [conv_forward(inputs[0], inputs[1], attrs, b)]
+
+
+def conv_output_shape(x_shape, w_shape, attrs) -> tuple:
+    return tuple(x_shape[:1]) + (w_shape[0],) + tuple(_window_geometry(tuple(x_shape[2:]), list(w_shape[2:]),
+                                                                         attrs).out)
+
+
+def conv_forward(x, w, attrs, bias=None, base=None, base_owned: bool = False) -> np.ndarray:
+    """conv(x, w) + bias (+ base), in x's dtype (float16 computed in float32, 8-bit integers
+    exactly, to int32).  `base`, for the fused conv blocks (codegen/fused/conv.py): an array
+    of the output's shape and compute dtype -- a residual, or the main conv's output that
+    ResNet's downsample conv accumulates onto (`base_owned`: the caller reads it no more, so
+    it may become the result).  Where the product is OpenBLAS's GEMM (ge/ops/openblas.py)
+    bias and base go into its accumulator first (C = base + bias; C += W @ cols) rather
+    than being added by passes over the output afterwards."""
     group = int(attrs.get("group", 1))
     _conv_check(x.shape, w.shape, group)
     out_dtype = x.dtype
     ct = _compute_dtype(x.dtype)
-    x, w = x.astype(ct, copy=False), w.astype(ct, copy=False)
+    x, wc = x.astype(ct, copy=False), w.astype(ct, copy=False)
     nd = x.ndim - 2
     kernel = list(w.shape[2:])
     win = _window_geometry(x.shape[2:], kernel, attrs)
@@ -255,24 +270,55 @@ def conv_compute(inputs, attrs):
     cout = w.shape[0]
     cg, mg = c // group, cout // group
     p = math.prod(out)
+    shape = (n, cout) + tuple(out)
+    if base is not None and tuple(base.shape) != shape:
+        raise InvalidNode(f"Conv accumulator shape {list(base.shape)} differs from the output {list(shape)}",
+                          "Recompile the model with this version of atc_py.")
+    b = bias.astype(ct, copy=False).reshape(_bias_shape(nd)) if bias is not None else None
     if winograd.applies(ct, w.shape, group, strides, dilations, out):
-        y = winograd.conv3x3(x, inputs[1], begin, out, b)     # U cached per weight array as given
-        return [_to_result(y, out_dtype)]
+        y = winograd.conv3x3(x, w, begin, out, bias)           # U cached per weight array as given
+        if base is not None:
+            y += base
+        return _to_result(y, out_dtype)
     xp = _pad_spatial(x, begin, end, 0)
     if group > 1 and cg == 1:
-        y = _depthwise(xp, w.reshape(group, mg, -1), out, kernel, strides, dilations)
-        y = y.reshape((n, cout) + tuple(out))
+        y = _depthwise(xp, wc.reshape(group, mg, -1), out, kernel, strides, dilations).reshape(shape)
+        if b is not None:
+            y += b
+        if base is not None:
+            y += base
+        return _to_result(y, out_dtype)
+    if all(k == 1 for k in kernel):
+        cols = _tap(xp, [0] * nd, out, strides).reshape(n, group, cg, p)      # a view at stride 1
     else:
-        if all(k == 1 for k in kernel):
-            cols = _tap(xp, [0] * nd, out, strides).reshape(n, group, cg, p)
-        else:
-            win = _windows(xp, out, kernel, strides, dilations)     # (N, C, *k, *out)
-            cols = win.reshape(n, group, cg * math.prod(kernel), p)  # im2col copy
-        y = np.matmul(w.reshape(group, mg, -1), cols)                # (N, G, Mg, P) via BLAS
-        y = y.reshape((n, cout) + tuple(out))
-    if b is not None:
-        y += b.astype(ct, copy=False).reshape(_bias_shape(nd))
-    return [_to_result(y, out_dtype)]
+        cols = _windows(xp, out, kernel, strides, dilations).reshape(n, group, cg * math.prod(kernel), p)  # im2col
+    if group > 1:
+        y = np.matmul(wc.reshape(group, mg, -1), cols).reshape(shape)        # (N, G, Mg, P) via BLAS
+        if b is not None:
+            y += b
+        if base is not None:
+            y += base
+        return _to_result(y, out_dtype)
+    y = _accumulator(shape, ct, b, base, base_owned)
+    y2, w2 = y.reshape(n, cout, p), wc.reshape(cout, -1)
+    for i in range(n):
+        openblas.gemm_into(w2, cols[i, 0], y2[i], accumulate=b is not None or base is not None)
+    return _to_result(y, out_dtype)
+
+
+def _accumulator(shape, dtype, bias, base, base_owned: bool) -> np.ndarray:
+    """A C-contiguous output holding base + bias (or the bias, or nothing yet)."""
+    if base is not None:
+        base = base.astype(dtype, copy=False)
+        if base_owned and base.flags.c_contiguous and base.flags.writeable:
+            if bias is not None:
+                base += bias
+            return base
+        return np.add(base, bias) if bias is not None else np.array(base, order="C")
+    y = np.empty(shape, dtype)
+    if bias is not None:
+        y[...] = bias
+    return y
 
 
 def conv_prepare(inputs, attrs) -> None:

@@ -7,19 +7,20 @@ convs are 37% of ResNet-50's multiplies.  A Winograd conv is one GEMM per point 
 transform domain (16 or 36), 2.25x (F2) or 4x (F4) fewer multiplies in all, and replaces
 im2col's 9x copy of the input with a 4x (F2) or 2.25x (F4) transform of it.  The
 transforms are a few passes of whole-array adds in numpy, so the tiling that costs least
-depends on the shape: F4 where its GEMMs stay wide enough (measured on ResNet-50's
-shapes, one BLAS thread: layer1/layer2's 56x56 and 28x28 convs 30-40% faster than F2),
-F2 on smaller maps, im2col (ge/ops/nn.py) below MIN_TILES.
+depends on the shape: F4 where its GEMMs stay wide enough (ResNet-50's 56x56 and 28x28
+convs: 15-25% less CPU time than F2, measured interleaved on one BLAS thread), F2 on
+smaller maps (its 14x14 convs: F4's 16-pixel-wide GEMMs and padded tiles make it 20-30%
+slower), im2col (ge/ops/nn.py) below MIN_TILES.
 
-Numerics: F2's transforms hold only 0, +-1 and +-1/2 (max error / max |y| 4-7e-7 against a
+Numerics: F2's transforms hold only 0, +-1 and +-1/2 (max error / max |y| 2-7e-7 against a
 float64 reference on ResNet-50's shapes, im2col 4-6e-7).  F4's hold 4, 5, 8 and 1/6, 1/24,
-so it rounds ~5-10x worse (measured on those shapes: 2-4e-6; tests/test_ops_nn.py bounds
-it), still 25x under the fp32 compare tolerance (simulator/COMPARE.md: 1e-4 of scale).
+so it rounds ~15x worse (measured on those shapes: 3-5e-6; tests/test_ops_nn.py bounds it
+at 1e-5), still 20x under the fp32 compare tolerance (simulator/COMPARE.md: 1e-4 of scale).
 
 Layout: the input tiles are gathered once as D (a, a, C, N*tiles) (a = 4 or 6 tile rows and
-columns), transformed in place along their two tile axes (B^T d B), multiplied point by
-point by U (a*a, C_out, C), the transformed weights, and the output tiles (A^T m A) are
-scattered into the NCHW output.  U is computed in float64 once per weight array and kept as
+columns), transformed in place along their two tile axes (B^T d B; rows P + Q and P - Q of a
+transform share P and Q: `_transform`), multiplied point by point by U (a*a, C_out, C), the
+transformed weights, and the output tiles (A^T m A) are scattered into the NCHW output.  U is computed in float64 once per weight array and kept as
 long as the array lives (the executor hands each kernel the same constant every forward, and
 has the conv kernels compute it when it loads the model: `OpDef.prepare`).  A bias is added
 to one transform point only (the one A^T maps to every output pixel of a tile), 1/a^2 of the
@@ -28,6 +29,7 @@ adds a pass over the output would take.
 from __future__ import annotations
 
 import weakref
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -97,61 +99,115 @@ def transformed_weights(w: np.ndarray, tiling: Tiling = F2) -> np.ndarray:
     return u
 
 
-def _transform(matrix: np.ndarray, src, dst, tmp) -> None:
-    """dst[i] = sum_j matrix[i, j] * src[j] for arrays of one shape: per output, the terms of
-    each coefficient magnitude summed first (with their signs) and scaled once, so that a
-    row like (d3 + d4) - 4 (d1 + d2) costs four whole-array operations.  `tmp` is scratch of
-    the same shape."""
-    for i, row in enumerate(matrix):
-        out = dst[i]
-        groups: dict = {}
-        for j, c in enumerate(row):
-            if c:
-                groups.setdefault(abs(float(c)), []).append((c > 0, src[j]))
-        first = True
-        for mag, terms in sorted(groups.items(), key=lambda kv: kv[0] != 1.0):   # unit terms first
-            target = out if first else tmp
-            positive = _signed_sum(terms, target)
-            if mag != 1.0:
-                np.multiply(target, mag if positive else -mag, out=target)
-                positive = True
-            if first:
-                if not positive:
-                    np.negative(out, out=out)
-                first = False
-            elif positive:
-                out += tmp
-            else:
-                out -= tmp
+def _transform(matrix: np.ndarray, src, dst, tmp, scratch) -> None:
+    """dst[i] = sum_j matrix[i, j] * src[j] for arrays of one shape, as whole-array adds and
+    scales.  Two rows that agree on some terms and are opposite on the others (P + Q, P - Q:
+    the +-k interpolation points of Winograd's matrices) share P and Q when that takes fewer
+    passes.  `tmp` and `scratch` are work arrays of the same shape."""
+    for i, partner, first, second in _plan(matrix.tobytes(), matrix.shape):
+        if partner is None:
+            _linear(first, src, dst[i], tmp)
+            continue
+        _linear(first, src, dst[i], scratch)                     # P
+        _linear(second, src, tmp, scratch)                       # Q
+        np.subtract(dst[i], tmp, out=dst[partner])
+        dst[i] += tmp
+
+
+@lru_cache(maxsize=32)
+def _plan(data: bytes, shape: tuple) -> tuple:
+    """(row, partner row or None, terms of the row or of P, terms of Q) for each output row or
+    pair of rows, worked out once per matrix."""
+    matrix = np.frombuffer(data, np.float64).reshape(shape)
+    pending, steps = list(range(shape[0])), []
+    while pending:
+        i = pending.pop(0)
+        partner = next((j for j in pending if _shares(matrix[i], matrix[j])), None)
+        if partner is None:
+            steps.append((i, None, _groups(matrix[i]), None))
+            continue
+        pending.remove(partner)
+        agree = np.where(matrix[i] == matrix[partner], matrix[i], 0)
+        steps.append((i, partner, _groups(agree), _groups(matrix[i] - agree)))
+    return tuple(steps)
+
+
+def _shares(r1: np.ndarray, r2: np.ndarray) -> bool:
+    """Whether rows r1 = P + Q, r2 = P - Q take fewer passes as P and Q."""
+    nonzero = (r1 != 0) | (r2 != 0)
+    agree, opposite = (r1 == r2) & nonzero, (r1 == -r2) & nonzero
+    if not (agree | opposite | ~nonzero).all() or not agree.any() or not opposite.any():
+        return False
+    return _passes(np.where(agree, r1, 0)) + _passes(np.where(opposite, r1, 0)) + 2 < _passes(r1) + _passes(r2)
+
+
+def _groups(row) -> tuple:
+    """The row's terms as ([(mag, [(sign, j)])] for each coefficient magnitude other than 1,
+    [(sign, j)] of the unit coefficients)."""
+    groups: dict = {}
+    for j, c in enumerate(row):
+        if c:
+            groups.setdefault(abs(float(c)), []).append((bool(c > 0), j))
+    return sorted((m, t) for m, t in groups.items() if m != 1.0), groups.get(1.0, [])
+
+
+def _passes(row) -> int:
+    """Whole-array operations `_linear` takes for a row."""
+    scaled, unit = _groups(row)
+    count = sum(len(terms) + (index > 0) for index, (_, terms) in enumerate(scaled))
+    if scaled:
+        return count + len(unit)
+    return max(1, len(unit) - 1) + (not any(sign for sign, _ in unit))
+
+
+def _linear(terms, src, out, tmp) -> None:
+    """out = sum_j row[j] * src[j] for a row's `_groups`: the terms of each coefficient
+    magnitude other than 1 summed (with their signs) and scaled once, then the unit terms
+    added: d4 - 4 d2 is two passes, (d3 + d4) - 4 (d1 + d2) four."""
+    scaled, unit = terms
+    if not scaled and not unit:
+        out.fill(0)
+        return
+    for index, (mag, terms) in enumerate(scaled):
+        target = tmp if index else out
+        if len(terms) == 1:
+            positive, j = terms[0]
+            np.multiply(src[j], mag if positive else -mag, out=target)
+        else:
+            positive = _signed_sum([(sign, src[j]) for sign, j in terms], target)
+            np.multiply(target, mag if positive else -mag, out=target)
+        if index:
+            out += tmp
+    if scaled:
+        for positive, j in unit:
+            (np.add if positive else np.subtract)(out, src[j], out=out)
+    elif not _signed_sum([(sign, src[j]) for sign, j in unit], out):
+        np.negative(out, out=out)
 
 
 def _signed_sum(terms, out) -> bool:
-    """out = +-sum of the signed terms; returns the sign of what was written (False: out
-    holds the negated sum)."""
+    """out = +-sum of the signed terms (len(terms) - 1 passes, one for a single term); returns
+    the sign of what was written (False: out holds the negated sum)."""
     positive = [t for s, t in terms if s]
     negative = [t for s, t in terms if not s]
-    if positive:
-        rest = positive[1:]
-        if rest:
-            np.add(positive[0], rest[0], out=out)
-            rest = rest[1:]
-        elif negative:
-            np.subtract(positive[0], negative[0], out=out)
-            negative = negative[1:]
-        else:
-            np.copyto(out, positive[0])
-        for t in rest:
-            out += t
-        for t in negative:
-            out -= t
-        return True
-    if len(negative) > 1:
-        np.add(negative[0], negative[1], out=out)
+    if not positive:
+        positive, negative, sign = negative, [], False
     else:
-        np.copyto(out, negative[0])
-    for t in negative[2:]:
+        sign = True
+    if len(positive) > 1:
+        np.add(positive[0], positive[1], out=out)
+        rest = positive[2:]
+    elif negative:
+        np.subtract(positive[0], negative[0], out=out)
+        rest, negative = [], negative[1:]
+    else:
+        np.copyto(out, positive[0])
+        rest = []
+    for t in rest:
         out += t
-    return False
+    for t in negative:
+        out -= t
+    return sign
 
 
 def conv3x3(x: np.ndarray, w: np.ndarray, begin, out, bias=None, tiling: Tiling = None) -> np.ndarray:
@@ -173,8 +229,9 @@ def conv3x3(x: np.ndarray, w: np.ndarray, begin, out, bias=None, tiling: Tiling 
                                             writeable=False)
     d = np.ascontiguousarray(tiles).reshape(a, a, c * n * th * tw)
     t = np.empty_like(d)
-    _transform(tiling.bt, d, t, np.empty_like(d[0]))                         # rows: d[i] is (a, L)
-    _transform(tiling.bt, t.swapaxes(0, 1), d.swapaxes(0, 1), np.empty_like(t[:, 0]))   # columns
+    work = np.empty((2,) + d.shape[1:], np.float32)
+    _transform(tiling.bt, d, t, *work)                                       # rows: d[i] is (a, L)
+    _transform(tiling.bt, t.swapaxes(0, 1), d.swapaxes(0, 1), *work)        # columns
     prod = np.matmul(u, d.reshape(a * a, c, n * th * tw)).reshape(a, a, cout * n * th * tw)
     if bias is not None:
         point = prod[tiling.bias_point, tiling.bias_point].reshape(cout, -1)
@@ -182,9 +239,10 @@ def conv3x3(x: np.ndarray, w: np.ndarray, begin, out, bias=None, tiling: Tiling 
 
     # A^T m A, rows then columns, in compact (m, m, C_out, N, th, tw) tiles, then scattered
     r = np.empty((m,) + prod.shape[1:], np.float32)
-    _transform(tiling.at, prod, r, np.empty_like(prod[0]))
+    work = np.empty((2,) + prod.shape[1:], np.float32)
+    _transform(tiling.at, prod, r, *work)
     yt = np.empty((m, m) + prod.shape[2:], np.float32)
-    _transform(tiling.at, r.swapaxes(0, 1), yt.swapaxes(0, 1), np.empty_like(r[:, 0]))
+    _transform(tiling.at, r.swapaxes(0, 1), yt.swapaxes(0, 1), *work[:, :m])
     y = np.empty((n, cout, th, m, tw, m), np.float32)
     np.copyto(y.transpose(3, 5, 1, 0, 2, 4), yt.reshape(m, m, cout, n, th, tw))
     y = y.reshape(n, cout, m * th, m * tw)

@@ -1,0 +1,106 @@
+"""numpy's own OpenBLAS, reached through ctypes: the loaded library (for simulator/blas.py's
+thread count) and its float32 GEMM with an accumulating output, C += A @ B.
+
+Why: np.matmul always overwrites its output -- OpenBLAS runs it with beta = 0, a pass that
+zeroes C before the product is added in -- so a conv's bias, a residual or a second conv
+(ResNet's downsample branch) each cost one more pass over the output afterwards.  With
+beta = 1 the GEMM adds its product onto what C already holds: C filled with the bias (or
+residual + bias) first, the second conv accumulated straight into the first's output, as
+the cube unit accumulates into L0C.  Measured on full-size ResNet-50, one BLAS thread:
+bench/RESULTS.md ("Simulator speed").
+
+No compiled code of ours: the library is the one numpy already loaded (found in
+/proc/self/maps), its CBLAS entry point called with ctypes.  Where it cannot be reached
+(no /proc, another BLAS), or an operand is not float32 with one unit-stride axis,
+`gemm_into` does the same arithmetic with numpy.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from functools import lru_cache
+
+import numpy as np
+
+# (symbol, integer type): numpy's wheels bundle scipy-openblas with 64-bit integers
+_SGEMM = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_int64),
+          ("scipy_cblas_sgemm", ctypes.c_int), ("cblas_sgemm", ctypes.c_int))
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_F32 = np.dtype(np.float32)
+
+
+@lru_cache(maxsize=1)
+def loaded() -> tuple:
+    """The OpenBLAS libraries this process has loaded (numpy's first), as ctypes CDLLs."""
+    import numpy  # noqa: F401  (loads the BLAS)
+
+    paths = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                path = parts[5] if len(parts) >= 6 else ""
+                if "openblas" in os.path.basename(path).lower() and path not in paths:
+                    paths.append(path)
+    except OSError:
+        return ()
+    libs = []
+    for path in paths:
+        try:
+            libs.append(ctypes.CDLL(path))
+        except OSError:
+            continue
+    return tuple(libs)
+
+
+@lru_cache(maxsize=1)
+def _sgemm():
+    for lib in loaded():
+        for name, integer in _SGEMM:
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, integer, integer, integer, ctypes.c_float,
+                               ctypes.c_void_p, integer, ctypes.c_void_p, integer, ctypes.c_float, ctypes.c_void_p,
+                               integer]
+                fn.restype = None
+                return fn
+    return None
+
+
+def available() -> bool:
+    return _sgemm() is not None
+
+
+def _layout(m: np.ndarray):
+    """(transpose flag, leading dimension) of a 2-D float32 operand BLAS can read in place:
+    rows or columns of unit stride, the other axis a whole number of elements apart and no
+    closer than one row (column) is long; None otherwise."""
+    if not m.flags.aligned:
+        return None
+    rows, cols = m.shape
+    s0, s1 = m.strides
+    if (s1 == 4 or cols == 1) and (rows == 1 or (s0 % 4 == 0 and s0 >= 4 * cols)):
+        return _NO_TRANS, (s0 // 4 if rows > 1 else cols)
+    if (s0 == 4 or rows == 1) and (cols == 1 or (s1 % 4 == 0 and s1 >= 4 * rows)):
+        return _TRANS, (s1 // 4 if cols > 1 else rows)
+    return None
+
+
+def gemm_into(a: np.ndarray, b: np.ndarray, out: np.ndarray, accumulate: bool) -> np.ndarray:
+    """out = a @ b (accumulate False) or out += a @ b (True), for 2-D a (M, K), b (K, N),
+    out (M, N); float32 operands go to OpenBLAS directly, anything else through numpy."""
+    fn = _sgemm()
+    if fn is not None and a.dtype == b.dtype == out.dtype == _F32 and a.ndim == b.ndim == out.ndim == 2 \
+            and a.shape[1] == b.shape[0] and out.shape == (a.shape[0], b.shape[1]) and min(a.shape + b.shape) > 0 \
+            and out.flags.writeable and not np.may_share_memory(out, a) and not np.may_share_memory(out, b):
+        la, lb, lo = _layout(a), _layout(b), _layout(out)
+        if la is not None and lb is not None and lo is not None and lo[0] == _NO_TRANS:
+            m, k = a.shape
+            fn(_ROW_MAJOR, la[0], lb[0], m, b.shape[1], k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1],
+               1.0 if accumulate else 0.0, out.ctypes.data, lo[1])
+            return out
+    if accumulate:
+        out += a @ b
+    else:
+        np.matmul(a, b, out=out)
+    return out

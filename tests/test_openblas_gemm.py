@@ -1,0 +1,79 @@
+"""ge/ops/openblas.py: numpy's OpenBLAS GEMM with an accumulating output, and the conv paths
+that fold bias, residual and a second conv into it (ge.ops.nn.conv_forward)."""
+import numpy as np
+import pytest
+
+from ge.errors import InvalidNode
+from ge.ops import nn, openblas
+
+RNG = np.random.default_rng(3)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def test_numpys_openblas_gemm_is_reachable():
+    assert openblas.available()          # numpy's wheels bundle OpenBLAS; without it the tests below test numpy
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("layout", ["rows", "a transposed", "b transposed", "views", "one row", "one column"])
+def test_gemm_into_matches_numpy(layout, accumulate):
+    m, k, n = 7, 5, 9
+    a, b = rand(m, k), rand(k, n)
+    if layout == "a transposed":
+        a = np.asfortranarray(a)
+    elif layout == "b transposed":
+        b = np.asfortranarray(b)
+    elif layout == "views":                                  # row strides longer than the rows
+        a = rand(m + 3, k + 4)[1:m + 1, 2:k + 2]
+        b = rand(k + 1, n + 6)[1:, 3:n + 3]
+    elif layout == "one row":
+        a = rand(4, k)[2:3]
+    elif layout == "one column":
+        b = rand(k, 3)[:, 1:2]
+    base = rand(a.shape[0], b.shape[1] + 2)[:, 1:b.shape[1] + 1]     # the output a view too
+    expected = (base if accumulate else 0) + a.astype(np.float64) @ b.astype(np.float64)
+    out = openblas.gemm_into(a, b, base, accumulate)
+    assert out is base
+    np.testing.assert_allclose(base, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_into_falls_back_to_numpy_for_what_blas_cannot_take():
+    a, b = rand(4, 3, dtype=np.float64), rand(3, 5, dtype=np.float64)
+    out = np.ones((4, 5))
+    openblas.gemm_into(a, b, out, True)                                  # float64: numpy
+    np.testing.assert_allclose(out, 1 + a @ b)
+    strided = rand(4, 6)[:, ::2]                                         # no unit-stride axis: numpy
+    out32 = np.zeros((4, 5), np.float32)
+    openblas.gemm_into(strided, rand(3, 5), out32, False)
+    with pytest.raises(ValueError):                                      # shapes disagree: numpy's error,
+        openblas.gemm_into(rand(4, 3), rand(4, 5), np.zeros((4, 5), np.float32), True)   # never a BLAS call
+
+
+CONV_PATHS = [   # (x shape, w shape, attrs): each path of conv_forward
+    ((1, 6, 9, 9), (8, 6, 1, 1), {}),                                               # 1x1: a view, no copy
+    ((2, 6, 9, 9), (8, 6, 1, 1), {"strides": [2, 2]}),                              # strided 1x1, batch 2
+    ((1, 5, 9, 10), (4, 5, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),       # im2col
+    ((1, 4, 14, 13), (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}),                         # Winograd F2
+    ((1, 4, 7, 7), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),               # depthwise
+    ((1, 4, 7, 7), (6, 2, 3, 3), {"group": 2, "dilations": [2, 1], "pads": [2, 1, 2, 1]}),   # grouped
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", CONV_PATHS)
+@pytest.mark.parametrize("owned", [False, True])
+def test_conv_forward_adds_bias_and_base_into_the_accumulator(xs, ws, attrs, owned):
+    """conv_forward(x, w, b, base) == conv(x, w) + b + base on every path; an owned base may
+    become the result, one that is not owned is never written."""
+    x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+    plain = nn.conv_compute([x, w], attrs)[0]
+    base = rand(*plain.shape)
+    kept = base.copy()
+    got = nn.conv_forward(x, w, attrs, b, base, base_owned=owned)
+    np.testing.assert_allclose(got, plain + b.reshape(-1, 1, 1) + kept, rtol=1e-5, atol=1e-5)
+    if not owned:
+        np.testing.assert_array_equal(base, kept)
+    with pytest.raises(InvalidNode):
+        nn.conv_forward(x, w, attrs, b, base[:, :1])
