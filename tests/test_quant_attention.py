@@ -158,3 +158,49 @@ def test_qoperator_scale_as_qlinearmul_joins_the_score_chain():
     f = sample()
     expected, got = run_ort(quantized, f)["y"], run_ir(graph, f)["y"]
     assert np.array_equal(got, expected)        # QOperator ops kept as written: onnxruntime's numbers
+
+
+def _insert_before_pv(graph, p: str, guarded: str, nodes):
+    """The guard `nodes` between P (`p`) and P.V, which then reads `guarded`."""
+    [pv] = [n for n in graph.node if n.op_type == "MatMul" and n.input[0] == p]
+    pv.input[0] = guarded
+    at = list(graph.node).index(pv)
+    for offset, node in enumerate(nodes):
+        graph.node.insert(at + offset, node)
+
+
+def _with_sdpa_nan_guard(model):
+    """P -> Q -> DQ -> Where(IsNaN(.), 0, .) -> Q -> DQ -> P.V, as quantize_static writes
+    torch SDPA's guard."""
+    graph = model.graph
+    _insert_before_pv(graph, "pd", "pgd", [helper.make_node("IsNaN", ["pd"], ["pnan"]),
+                                           helper.make_node("Where", ["pnan", "zero", "pd"], ["pg"]),
+                                           helper.make_node("QuantizeLinear", ["pg", "ps", "pz"], ["pg_q"]),
+                                           helper.make_node("DequantizeLinear", ["pg_q", "ps", "pz"], ["pgd"])])
+    graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(S(0.0)), "zero"))
+    return model
+
+
+def test_sdpa_nan_guard_on_dequantized_probabilities_is_dropped():
+    """SDPA's Where(IsNaN(p), 0, p) on DequantizeLinear(p_int8) can never fire: the canonical
+    DequantizedNanGuard drops it and the attention is one int8 kernel (before: an NF2001 miss,
+    P read by both IsNaN and Where)."""
+    model = _with_sdpa_nan_guard(qdq_attention())
+    graph, results = fuse_model(model, passes=[CanonicalizePass, QuantAttentionFusionPass])
+    assert op_types(graph) == ["QuantMultiHeadAttentionFusionOp"]
+    assert results["CanonicalizePass"].by_rewrite.get("DequantizedNanGuard") == 1
+    f = feeds()
+    expected, got = run_ort(model, f)["y"], run_ir(graph, f)["y"]
+    assert np.max(np.abs(got.astype(np.int32) - expected)) <= 1 and np.mean(got == expected) > 0.98
+
+
+def test_a_nan_guard_on_float_probabilities_stays():
+    """Not dequantized (P float, -inf masks can make a row NaN): the guard is not proved a no-op."""
+    model = qdq_attention(requantize_p=False)
+    graph = model.graph
+    _insert_before_pv(graph, "p", "pg", [helper.make_node("IsNaN", ["p"], ["pnan"]),
+                                         helper.make_node("Where", ["pnan", "zero", "p"], ["pg"])])
+    graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(S(0.0)), "zero"))
+    out, results = fuse_model(model, passes=[CanonicalizePass])
+    assert not results["CanonicalizePass"].by_rewrite.get("DequantizedNanGuard")
+    assert {"IsNaN", "Where"} <= set(op_types(out))

@@ -25,6 +25,7 @@ from fusion_passes.canonical.concat_prefix import ConcatPrefix
 from fusion_passes.canonical.concat_single import ConcatSingle
 from fusion_passes.canonical.const_dequantize import ConstantDequantize
 from fusion_passes.canonical.conv_crop import ConvCrop
+from fusion_passes.canonical.dequantized_nan_guard import DequantizedNanGuard
 from fusion_passes.canonical.gelu_erf import GeluErf
 from fusion_passes.canonical.gelu_tanh import GeluTanh
 from fusion_passes.canonical.gemm_as_matmul import GemmAsMatMul
@@ -76,6 +77,7 @@ REWRITES: tuple = (
     ViewAboveLinear(),
     ScoreScale(),           # (a*Q).(b*K)^T -> (a*b)*(Q.K^T)
     SoftmaxNanGuard(),      # Where(IsNaN(softmax), 0, softmax) -> softmax, when proved a no-op
+    DequantizedNanGuard(),  # Where(IsNaN(DQ(int)), c, DQ(int)) -> DQ(int): never NaN
     RotaryEmbedding(),      # x*cos + rotate_half(x)*sin -> RotaryEmbedding(x)
     RotaryPrefix(),         # cat(x[:, :, :p], rope(x[:, :, p:])) -> RotaryEmbedding(x)
     SlicesAsSplit(),        # TorchScript's channel chunk (ShuffleNetV2): Slices tiling the channels -> Split
