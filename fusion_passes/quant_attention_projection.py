@@ -11,7 +11,9 @@ Pattern (anchor: a QuantMultiHeadAttentionFusionOp):
     x_q -> [Reshape] -> QuantMatMulBiasActFusionOp (Q) --+
     x_q -> [Reshape] -> QuantMatMulBiasActFusionOp (K) --+-> QuantMultiHeadAttentionFusionOp
     x_q -> [Reshape] -> QuantMatMulBiasActFusionOp (V) --+
-(QDQ after canonical int8 views, QOperator: the same shape.)  Each projection keeps its own
+(QDQ after canonical int8 views, QOperator: the same shape.)  Between a projection and the
+attention's operand the kernel also takes rescaling steps as written (per-tensor Q/DQ, Mul/Div
+or QLinearMul by a scalar constant, int8 views): SDPA exports scale Q and K by sqrt(scale) there.  Each projection keeps its own
 weight, int32 bias, scales and requantizing epilogue as a member of the kernel's sub-graph
 (codegen/fused/quant_cube.py's op, run as written), so the numbers are the unmerged ones.
 Misses: a projection's int8 result is read elsewhere too (NF2001), the three projections
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
+
+import numpy as np
 
 from codegen.fused import autofused
 from codegen.fused.quant_attention import QUANT_ATTENTION
@@ -33,11 +37,58 @@ from ge.ir import Graph, Node, Value
 ROLES = ("Q", "K", "V")
 
 
+MAX_RESCALE = 8          # ops between a projection's int8 result and the attention's operand
+RESCALE_VIEWS = ("Reshape", "Transpose")
+
+
 @dataclass
 class Projection:
     gemm: Node
     views: list              # constant-shape Reshapes between the shared input and the GEMM
     absorbed_views: list     # the views read by this GEMM alone (they join the kernel)
+    rescale: list = field(default_factory=list)   # [(node, its operand slot)] from the GEMM on
+
+
+def _operand_slot(node: Node) -> Optional[int]:
+    """The activation slot of a rescaling step the kernel takes as written, or None: a
+    per-tensor QuantizeLinear / DequantizeLinear, a Mul/Div (QLinearMul) by a scalar constant,
+    an int8 view."""
+    t = node.op_type
+    if t in ("QuantizeLinear", "DequantizeLinear"):
+        scale = node.attrs.get("y_scale" if t == "QuantizeLinear" else "x_scale")
+        ok = scale is not None and np.asarray(scale).size == 1 and not int(node.attrs.get("block_size", 0) or 0)
+        return 0 if ok else None
+    if t in RESCALE_VIEWS:
+        return 0 if all(v is None or v.is_const for v in node.inputs[1:]) else None
+    if t == "QLinearMul" and len(node.inputs) > 3 and node.inputs[0] is not None and node.inputs[3] is not None:
+        a, b = node.inputs[0], node.inputs[3]          # QOperator's form of the same scale
+        return 0 if b.is_const and b.const.size == 1 else 3 if a.is_const and a.const.size == 1 else None
+    if t in ("Mul", "Div") and len(node.inputs) == 2:
+        a, b = node.inputs
+        if b.is_const and b.const.size == 1:
+            return 0
+        if t == "Mul" and a.is_const and a.const.size == 1:
+            return 1
+    return None
+
+
+def _projection_behind(value: Value):
+    """(the QuantMatMulBiasAct whose int8 result reaches `value`, the rescaling steps between
+    them in order) -- SDPA multiplies Q and K by sqrt(scale) after their projection, which
+    quantize_static writes as DQ -> Mul -> Q -- or (None, [])."""
+    steps, cur = [], value
+    for _ in range(MAX_RESCALE + 1):
+        node = cur.producer
+        if node is None:
+            return None, []
+        if node.op_type == QUANT_MATMUL:
+            return node, list(reversed(steps))
+        slot = _operand_slot(node)
+        if slot is None or (steps and single_consumer(cur) is not steps[-1][0]):
+            return None, []
+        steps.append((node, slot))
+        cur = node.inputs[slot]
+    return None, []
 
 
 @dataclass
@@ -66,8 +117,8 @@ class QuantAttentionProjectionFusionPass(FusionPass):
 
     def match(self, graph: Graph, attention: Node):
         operands = attention.inputs[:3]
-        gemms = [v.producer if v is not None and v.producer is not None and v.producer.op_type == QUANT_MATMUL
-                 else None for v in operands]
+        found = [_projection_behind(v) if v is not None else (None, []) for v in operands]
+        gemms = [g for g, _ in found]
         if not any(gemms):
             return None
         nodes = [attention] + [g for g in gemms if g is not None]
@@ -76,7 +127,8 @@ class QuantAttentionProjectionFusionPass(FusionPass):
             return self.miss(reasons.UNSUPPORTED_VARIANT, attention, nodes, f"the attention's {', '.join(missing) or 'Q, K, V'} "
                              "operand is not the int8 result of its own QuantMatMulBiasAct projection", operands)
         for role, value in zip(ROLES, operands):
-            if single_consumer(value) is not attention:
+            if single_consumer(value) is not attention or any(single_consumer(r.outputs[0]) is None
+                                                               for r, _ in found[ROLES.index(role)][1]):
                 return self.miss(reasons.OTHER_CONSUMERS, attention, nodes, f"the {role} projection's int8 result "
                                  "is read outside the attention (it must stay a kernel output)", [value])
         sources = [_viewed_source(g.inputs[0]) for g in gemms]
@@ -91,14 +143,15 @@ class QuantAttentionProjectionFusionPass(FusionPass):
             return self.miss(reasons.UNSUPPORTED_VARIANT, attention, nodes, "a member of the attention's sub-graph "
                              "has several outputs", [])
         projections = []
-        for gemm, (_, views) in zip(gemms, sources):
+        for gemm, (_, views), (_, rescale) in zip(gemms, sources, found):
             absorbed = []
             for view in reversed(views):             # from the GEMM up, while read by this path alone
                 if single_consumer(view.outputs[0]) is None:
                     break
                 absorbed.append(view)
-            projections.append(Projection(gemm, views, absorbed))
-        members = [n for p in projections for n in p.absorbed_views + [p.gemm]] + [attention]
+            projections.append(Projection(gemm, views, absorbed, rescale))
+        members = [n for p in projections for n in p.absorbed_views + [p.gemm] + [r for r, _ in p.rescale]]
+        members.append(attention)
         return ProjectionMatch(list(dict.fromkeys(members)), QUANT_ATTENTION, list(attention.outputs),
                                attention=attention, source=sources[0][0], projections=projections)
 
@@ -110,6 +163,8 @@ class QuantAttentionProjectionFusionPass(FusionPass):
             for view in p.views:
                 cur = builder.emit(view.op_type, dict(view.attrs), [cur] + [builder.ref(v) for v in view.inputs[1:] if v])
             builder.copy(p.gemm, {0: cur})
+            for node, slot in p.rescale:
+                builder.copy(node, {slot: builder.refs[id(node.inputs[slot])]})
         attention = match.attention
         sub = autofused.decode_subgraph(attention.attrs["subgraph"])
         given = [builder.refs[id(v)] if i < 3 else (None if v is None else builder.ref(v))
