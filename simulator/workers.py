@@ -42,6 +42,7 @@ import numpy as np
 
 from ge.errors import AtcError
 from om_format.attrs import STRING, string_bytes, strings_from_bytes
+from om_format.errors import OmFormatError
 from simulator import blas, host_memory
 
 MAX_HEADER = 1 << 16          # a record's JSON header: index, name, dtype, shape -- never more
@@ -110,7 +111,16 @@ def _read_exact(f, n: int, path: str) -> bytes:
 
 def _read_results(path: str, count: int) -> tuple:
     """({index: {name: array}}, [error dicts], WorkerStats) from one worker's file; every size
-    is checked against the data before it is used."""
+    is checked against the data before it is used, and whatever else the file holds that is
+    not a record we write (a missing field, a field of the wrong type, a string tensor's head
+    outside its bytes) is a ValueError too, never an exception of its own."""
+    try:
+        return _parse_results(path, count)
+    except (KeyError, TypeError, AttributeError, RecursionError, OmFormatError) as exc:
+        raise ValueError(f"{path}: malformed record ({type(exc).__name__}: {exc})") from None
+
+
+def _parse_results(path: str, count: int) -> tuple:
     results, errors, stats, current = {}, [], WorkerStats(), {}
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -119,8 +129,14 @@ def _read_results(path: str, count: int) -> tuple:
             if not 0 < length <= MAX_HEADER:
                 raise ValueError(f"{path}: record header of {length} bytes")
             header = json.loads(_read_exact(f, length, path))
+            if not isinstance(header, dict):
+                raise ValueError(f"{path}: a record header that is not an object")
             if "error" in header:
-                errors.append(header["error"])
+                error = header["error"]
+                if not all(isinstance(error[k], str) for k in ("code", "message", "solution")) \
+                        or not isinstance(error["index"], int):
+                    raise ValueError(f"{path}: an error record without its code, message and solution")
+                errors.append(error)
                 continue
             if "stats" in header:
                 stats = WorkerStats(**header["stats"])
@@ -132,7 +148,8 @@ def _read_results(path: str, count: int) -> tuple:
                 results[index], current = current, {}
                 continue
             shape, nbytes = tuple(header["shape"]), header["bytes"]
-            if any(not isinstance(d, int) or d < 0 for d in shape) or not 0 <= nbytes <= size - f.tell():
+            if any(not isinstance(d, int) or d < 0 for d in shape) or not isinstance(nbytes, int) \
+                    or not 0 <= nbytes <= size - f.tell():
                 raise ValueError(f"{path}: output {header['name']!r} of shape {list(shape)}, {nbytes} bytes")
             data = _read_exact(f, nbytes, path)
             dtype = _dtype_of(header["dtype"])
@@ -203,7 +220,8 @@ def run_forked(forward: Callable[[dict], dict], input_sets: list, workers: int) 
     """Run `forward` (one inference of an already prepared model) on every input set, over
     `workers` processes: this one and `workers - 1` forks.  Returns (outputs in input order,
     [WorkerStats of each worker, this process first]); the first failing input's error is
-    raised (an AtcError as it was raised in the worker)."""
+    raised (an AtcError as it was raised in the worker).  A fork the system refuses (EAGAIN,
+    ENOMEM) leaves the inputs to the workers already running."""
     t0 = time.perf_counter()
     counter = multiprocessing.get_context("fork").Value("q", 0)
     folder = tempfile.mkdtemp(prefix="atc_sim_workers_")
@@ -219,7 +237,10 @@ def run_forked(forward: Callable[[dict], dict], input_sets: list, workers: int) 
     try:
         for k in range(1, workers):
             path = os.path.join(folder, f"worker{k}.bin")
-            pid = _fork()
+            try:
+                pid = _fork()
+            except OSError:                  # EAGAIN/ENOMEM: the workers already running share the inputs
+                break
             if pid == 0:                     # the child: never returns into the caller's stack
                 code = 1
                 try:

@@ -172,3 +172,39 @@ def test_the_scaling_bench_times_ours_next_to_onnxruntime(capsys):
     assert set(timed) == {"sim 1 thread", "sim 1 proc", "sim 2 workers", "ort 1 thread", "ort 2 procs"}
     assert timed["sim 1 thread"][4] == timed["ort 1 thread"][4] == "1.00x"
     assert all(float(r[3]) > 0 and float(r[7]) > 0 for r in timed.values())
+
+
+def test_a_malformed_result_header_or_string_is_a_value_error_not_a_traceback(tmp_path):
+    """Whatever a result file holds, reading it back raises ValueError (run_forked's E19999):
+    a header that is not an object, lacks a field, or a string tensor whose heads point
+    outside its bytes."""
+    path = tmp_path / "w.bin"
+
+    def record(header: bytes, payload: bytes = b"") -> bytes:
+        return len(header).to_bytes(4, "little") + header + payload
+
+    with open(path, "wb") as f:
+        workers._write_outputs(f, 0, {"s": np.array(["ab", "c"], dtype=STRING)})
+    good = path.read_bytes()
+    damaged = [record(b"[]"), record(b'{"index": 0, "dtype": "float32", "shape": [1], "bytes": 4}', b"\0" * 4),
+               record(b'{"index": 0, "name": "y", "dtype": "float32", "shape": [1], "bytes": 4.0}', b"\0" * 4),
+               record(b'{"stats": {"bogus": 1}}'), record(b'{"error": {"index": 0}}'),
+               good.replace((32).to_bytes(8, "little"), (1 << 40).to_bytes(8, "little"), 1)]
+    for data in damaged:
+        path.write_bytes(data)
+        with pytest.raises(ValueError):
+            workers._read_results(str(path), 1)
+
+
+def test_a_fork_the_system_refuses_leaves_the_work_to_the_workers_already_running(monkeypatch):
+    real_fork, forks = workers._fork, []
+
+    def fork_once():
+        if forks:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(workers, "_fork", fork_once)
+    outputs, stats = workers.run_forked(lambda feeds: {"y": feeds["x"] + 1}, _sets(5), 3)
+    assert [float(o["y"][0, 0]) for o in outputs] == [k + 1.0 for k in range(5)] and len(stats) == 2
