@@ -29,8 +29,6 @@ _SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads
             "openblas_set_num_threads64_", "openblas_set_num_threads")
 _GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
             "openblas_get_num_threads64_", "openblas_get_num_threads")
-_CONFIGS = ("scipy_openblas_get_config64_", "scipy_openblas_get_config", "openblas_get_config64_",
-            "openblas_get_config")
 
 
 @lru_cache(maxsize=1)
@@ -41,7 +39,7 @@ def _library():
         setter = next((getattr(lib, n) for n in _SETTERS if hasattr(lib, n)), None)
         if setter is not None:
             getter = next((getattr(lib, n) for n in _GETTERS if hasattr(lib, n)), None)
-            config = next((getattr(lib, n) for n in _CONFIGS if hasattr(lib, n)), None)
+            config = next((getattr(lib, n) for n in openblas.CONFIGS if hasattr(lib, n)), None)
             if config is not None:
                 config.restype = ctypes.c_char_p
             return setter, getter, config

@@ -77,3 +77,37 @@ def test_conv_forward_adds_bias_and_base_into_the_accumulator(xs, ws, attrs, own
         np.testing.assert_array_equal(base, kept)
     with pytest.raises(InvalidNode):
         nn.conv_forward(x, w, attrs, b, base[:, :1])
+
+
+class _FakeLibrary:
+    """A loaded OpenBLAS as ctypes shows it: functions by symbol name, a configuration string."""
+
+    class Function:
+        def __init__(self, result=None):
+            self.result, self.argtypes, self.restype = result, None, None
+
+        def __call__(self, *args):
+            return self.result
+
+    def __init__(self, symbols: dict):
+        for name, result in symbols.items():
+            setattr(self, name, self.Function(result))
+
+
+@pytest.mark.parametrize("symbols, integer", [
+    ({"scipy_cblas_sgemm64_": None}, "c_int64"),
+    ({"cblas_sgemm64_": None}, "c_int64"),
+    ({"cblas_sgemm": None, "openblas_get_config": b"OpenBLAS 0.3.26 DYNAMIC_ARCH NO_AFFINITY Haswell"}, "c_int"),
+    # an ILP64 build without a symbol suffix (Fedora's libopenblas64.so): its sgemm takes 64-bit
+    # integers under the plain name, so lda/ldb/ldc must not go on the stack as 32-bit ints
+    ({"cblas_sgemm": None, "openblas_get_config": b"OpenBLAS 0.3.26 USE64BITINT DYNAMIC_ARCH Haswell"}, "c_int64"),
+    ({"scipy_cblas_sgemm": None, "scipy_openblas_get_config": b"OpenBLAS 0.3.27 USE64BITINT"}, "c_int64"),
+])
+def test_sgemm_integer_width_follows_the_librarys_build(symbols, integer):
+    import ctypes
+    fn = openblas._sgemm_of(_FakeLibrary(symbols))
+    assert fn is not None and fn.argtypes[3] is getattr(ctypes, integer) and fn.argtypes[-1] is getattr(ctypes, integer)
+
+
+def test_a_library_without_sgemm_is_passed_over():
+    assert openblas._sgemm_of(_FakeLibrary({"openblas_get_config": b"OpenBLAS"})) is None

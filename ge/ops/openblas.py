@@ -22,9 +22,11 @@ from functools import lru_cache
 
 import numpy as np
 
-# (symbol, integer type): numpy's wheels bundle scipy-openblas with 64-bit integers
-_SGEMM = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_int64),
-          ("scipy_cblas_sgemm", ctypes.c_int), ("cblas_sgemm", ctypes.c_int))
+# numpy's wheels bundle scipy-openblas with 64-bit integers (symbol suffix 64_); an ILP64 build
+# may also keep the plain names (Fedora's libopenblas64.so), which its configuration string tells
+_SGEMM = ("scipy_cblas_sgemm64_", "cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm")
+CONFIGS = ("scipy_openblas_get_config64_", "scipy_openblas_get_config", "openblas_get_config64_",
+            "openblas_get_config")
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _F32 = np.dtype(np.float32)
 
@@ -53,18 +55,34 @@ def loaded() -> tuple:
     return tuple(libs)
 
 
+def _ilp64(lib) -> bool:
+    """Whether the library was built with 64-bit BLAS integers (USE64BITINT in its config)."""
+    config = next((getattr(lib, n) for n in CONFIGS if getattr(lib, n, None) is not None), None)
+    if config is None:
+        return False
+    config.restype = ctypes.c_char_p
+    return b"USE64BITINT" in (config() or b"")
+
+
+def _sgemm_of(lib):
+    """The library's CBLAS sgemm with its argument types, or None.  The integers' width is the
+    build's: a 32-bit int where the library reads 64 bits would leave lda/ldb/ldc's upper
+    halves to whatever the stack held (they go on the stack), and BLAS would read out of bounds."""
+    for name in _SGEMM:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            integer = ctypes.c_int64 if name.endswith("64_") or _ilp64(lib) else ctypes.c_int
+            fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, integer, integer, integer, ctypes.c_float,
+                           ctypes.c_void_p, integer, ctypes.c_void_p, integer, ctypes.c_float, ctypes.c_void_p,
+                           integer]
+            fn.restype = None
+            return fn
+    return None
+
+
 @lru_cache(maxsize=1)
 def _sgemm():
-    for lib in loaded():
-        for name, integer in _SGEMM:
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, integer, integer, integer, ctypes.c_float,
-                               ctypes.c_void_p, integer, ctypes.c_void_p, integer, ctypes.c_float, ctypes.c_void_p,
-                               integer]
-                fn.restype = None
-                return fn
-    return None
+    return next((fn for fn in map(_sgemm_of, loaded()) if fn is not None), None)
 
 
 def available() -> bool:
