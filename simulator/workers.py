@@ -221,9 +221,12 @@ def run_forked(forward: Callable[[dict], dict], input_sets: list, workers: int) 
     `workers` processes: this one and `workers - 1` forks.  Returns (outputs in input order,
     [WorkerStats of each worker, this process first]); the first failing input's error is
     raised (an AtcError as it was raised in the worker).  A fork the system refuses (EAGAIN,
-    ENOMEM) leaves the inputs to the workers already running."""
+    ENOMEM) leaves the inputs to the workers already running; where forking is not safe
+    (`can_fork`) everything runs in this process."""
     t0 = time.perf_counter()
-    counter = multiprocessing.get_context("fork").Value("q", 0)
+    if not can_fork():                       # the Linux-only rule holds for every caller (the bench too)
+        workers = 1
+    counter = multiprocessing.get_context("fork" if workers > 1 else None).Value("q", 0)
     folder = tempfile.mkdtemp(prefix="atc_sim_workers_")
     children = {}
     outputs, errors = {}, []

@@ -208,3 +208,20 @@ def test_a_fork_the_system_refuses_leaves_the_work_to_the_workers_already_runnin
     monkeypatch.setattr(workers, "_fork", fork_once)
     outputs, stats = workers.run_forked(lambda feeds: {"y": feeds["x"] + 1}, _sets(5), 3)
     assert [float(o["y"][0, 0]) for o in outputs] == [k + 1.0 for k in range(5)] and len(stats) == 2
+
+
+def test_where_fork_is_unsafe_every_input_runs_in_this_process(monkeypatch):
+    """run_forked itself keeps the Linux-only rule (the bench calls it directly): elsewhere it
+    runs everything here, and never asks for the fork context (Windows has none)."""
+    import multiprocessing
+    monkeypatch.setattr(workers, "can_fork", lambda: False)
+    real = multiprocessing.get_context
+
+    def no_fork(method=None):
+        assert method != "fork", "forked where fork is unsafe"
+        return real(method)
+
+    monkeypatch.setattr(multiprocessing, "get_context", no_fork)
+    parent = os.getpid()
+    outputs, stats = workers.run_forked(lambda feeds: {"pid": np.array(os.getpid())}, _sets(4), 3)
+    assert {int(o["pid"]) for o in outputs} == {parent} and len(stats) == 1 and stats[0].inputs == 4
