@@ -146,3 +146,28 @@ def netron_open(path) -> dict:
     proc = subprocess.run([node, harness, netron_dir(), str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+def record_sha_updates(monkeypatch, record) -> None:
+    """Every piece the .om writer feeds SHA-256 also goes to `record(data)`; the hash is the
+    writer's own, unchanged (tests of what reaches the hash, and in which pieces)."""
+    from om_format import container
+
+    class Recording:
+        def __init__(self, sha):
+            self._sha = sha
+
+        def update(self, data):
+            record(data)
+            self._sha.update(data)
+
+        def digest(self):
+            return self._sha.digest()
+
+    real_init = container._HashingWriter.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.sha = Recording(self.sha)
+
+    monkeypatch.setattr(container._HashingWriter, "__init__", init)

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import record_sha_updates
 from om_format import container
 from om_format.container import HEADER_SIZE, PartitionType, stream_om
 from om_format.weights import WeightsBuilder
@@ -70,24 +71,7 @@ def test_every_om_byte_is_hashed_once_from_the_callers_buffers(monkeypatch, thre
     for array in arrays:
         weights.add(array)
     fed = []
-    real_init = container._HashingWriter.__init__
-
-    class Recording:
-        def __init__(self, sha):
-            self._sha = sha
-
-        def update(self, data):
-            fed.append(data)
-            self._sha.update(data)
-
-        def digest(self):
-            return self._sha.digest()
-
-    def init(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        self.sha = Recording(self.sha)
-
-    monkeypatch.setattr(container._HashingWriter, "__init__", init)
+    record_sha_updates(monkeypatch, fed.append)
     out = io.BytesIO()
     size = stream_om(out, {PartitionType.MODEL_DEF: b"model-def", PartitionType.WEIGHTS_DATA: weights},
                      name="m", ops=1, platform_version="Ascend910")

@@ -27,6 +27,7 @@ from ge import onnx_weights
 from ge.errors import AtcError
 from ge.limits import MAPPED_COPIES, Budget
 from ge.onnx_import import import_model, load_model
+from helpers import record_sha_updates
 from om_format import container, weights
 from sandbox import leftovers, run_tool
 from test_golden_zoo import GOLDEN, fingerprint
@@ -76,24 +77,7 @@ def test_om_hashed_piece_by_piece_on_a_busy_machine_is_byte_identical(name, stre
     monkeypatch.setattr(container, "_spare_core", lambda: False)
     monkeypatch.setattr(container._HashingWriter, "_PIECE", 1000)
     pieces = []
-    real_init = container._HashingWriter.__init__
-
-    class Counting:
-        def __init__(self, sha):
-            self._sha = sha
-
-        def update(self, data):
-            pieces.append(len(data))
-            self._sha.update(data)
-
-        def digest(self):
-            return self._sha.digest()
-
-    def init(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        self.sha = Counting(self.sha)
-
-    monkeypatch.setattr(container._HashingWriter, "__init__", init)
+    record_sha_updates(monkeypatch, lambda data: pieces.append(len(data)))
     with open(GOLDEN, encoding="utf-8") as f:
         want = json.load(f)[f"{name}/force_fp16"]["om_sha256"]
     assert fingerprint(name, "force_fp16")["om_sha256"] == want
