@@ -111,3 +111,17 @@ def test_sgemm_integer_width_follows_the_librarys_build(symbols, integer):
 
 def test_a_library_without_sgemm_is_passed_over():
     assert openblas._sgemm_of(_FakeLibrary({"openblas_get_config": b"OpenBLAS"})) is None
+
+
+def test_numpys_own_openblas_comes_first_among_the_loaded_ones():
+    """scipy bundles an OpenBLAS of its own; the threads we set and the GEMM we call must be
+    numpy's whichever the maps list first.  A path with a space is kept whole."""
+    site = "/opt/my env/lib/python3.11/site-packages"
+    maps = [f"7f00-7f10 r-xp 00000000 08:01 11 {site}/scipy.libs/libscipy_openblas-a1.so\n",
+            "7f10-7f20 r-xp 00000000 08:01 12 /usr/lib/libc.so.6\n",
+            f"7f20-7f30 r-xp 00000000 08:01 13 {site}/numpy.libs/libscipy_openblas64_-b2.so\n",
+            f"7f30-7f40 r--p 00010000 08:01 13 {site}/numpy.libs/libscipy_openblas64_-b2.so\n",
+            "7f40-7f50 rw-p 00000000 00:00 0\n"]
+    assert openblas.openblas_paths(maps, f"{site}/numpy") == [f"{site}/numpy.libs/libscipy_openblas64_-b2.so",
+                                                              f"{site}/scipy.libs/libscipy_openblas-a1.so"]
+    assert openblas.openblas_paths(maps[:2], f"{site}/numpy") == [f"{site}/scipy.libs/libscipy_openblas-a1.so"]

@@ -31,19 +31,30 @@ _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _F32 = np.dtype(np.float32)
 
 
+def openblas_paths(maps_lines, numpy_dir: str) -> list:
+    """The OpenBLAS files among /proc/self/maps lines, each once, numpy's own first (in its
+    package folder, or the wheel's numpy.libs next to it), then in the order of the maps --
+    another package's OpenBLAS (scipy bundles its own) must not be the one whose threads we
+    set or whose GEMM we call.  A path is the rest of its line (it may hold spaces)."""
+    paths = []
+    for line in maps_lines:
+        parts = line.split(maxsplit=5)
+        path = parts[5].rstrip("\n") if len(parts) == 6 else ""
+        if "openblas" in os.path.basename(path).lower() and path not in paths:
+            paths.append(path)
+    numpy_dir = os.path.normpath(numpy_dir)
+    own = (numpy_dir + os.sep, os.path.join(os.path.dirname(numpy_dir), "numpy.libs") + os.sep)
+    return sorted(paths, key=lambda p: not p.startswith(own))      # stable: the rest keep their order
+
+
 @lru_cache(maxsize=1)
 def loaded() -> tuple:
     """The OpenBLAS libraries this process has loaded (numpy's first), as ctypes CDLLs."""
-    import numpy  # noqa: F401  (loads the BLAS)
+    import numpy  # (loads the BLAS)
 
-    paths = []
     try:
         with open("/proc/self/maps") as f:
-            for line in f:
-                parts = line.split()
-                path = parts[5] if len(parts) >= 6 else ""
-                if "openblas" in os.path.basename(path).lower() and path not in paths:
-                    paths.append(path)
+            paths = openblas_paths(f, os.path.dirname(numpy.__file__))
     except OSError:
         return ()
     libs = []
