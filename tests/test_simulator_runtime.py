@@ -105,18 +105,20 @@ def test_the_first_forward_of_a_fresh_process_costs_at_most_1_5x_a_steady_one(om
     prepares what a first forward would otherwise pay for (constants converted, the
     allocator set, the BLAS found).  A fresh interpreter each time (the first forward of a
     process is the one users see); CPU time of the thread, not wall, so a busy neighbour
-    does not decide it; the median of three processes.  Without the preparation at load the
-    ratio is ~2.3 on this model."""
+    does not decide it; the median of five processes: a forward of this small model takes
+    ~4 ms, and on a loaded machine one process's first forward measured 1.55 while idle runs
+    give 1.17-1.29.  Without the preparation at load the ratio is ~2.3 on this model."""
     import json
     import os
+    import statistics
     import subprocess
     import sys
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
     ratios = [json.loads(subprocess.run([sys.executable, "-c", _FIRST_FORWARD, om], env=env, check=True,
-                                        capture_output=True, text=True).stdout) for _ in range(3)]
-    assert sorted(ratios)[1] <= 1.5, ratios
+                                        capture_output=True, text=True).stdout) for _ in range(5)]
+    assert statistics.median(ratios) <= 1.5, ratios
 
 
 def test_cli_prints_min_median_max_and_the_first_forward(om, tmp_path, capsys):
