@@ -10,6 +10,7 @@ external data) are measured by bench/bench_memory.py.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import mmap
@@ -453,6 +454,28 @@ def test_the_writer_hashes_a_chunk_while_the_next_is_made(monkeypatch):
     assert writer.sha.digest() == hashlib.sha256(first + second).digest()
     assert told == [len(first), len(second)] and progress[-1] == (2 * len(first), 2 * len(first))
 
+
+
+def test_a_chunk_hashed_on_the_second_thread_is_written_a_piece_at_a_time():
+    """One write() of a 16 MiB chunk costs this machine's kernel 3.5x what 256 KiB writes of
+    the same bytes do (the I/O floor's two buffer sizes, bench/RESULTS.md): while the second
+    thread hashes the whole chunk, the file gets it in pieces of at most _PIECE bytes."""
+    class Recorder(io.BytesIO):
+        sizes: list = []
+
+        def write(self, data):
+            self.sizes.append(len(data))
+            return super().write(data)
+
+    out = Recorder()
+    piece = container._HashingWriter._PIECE
+    chunk = bytes(range(256)) * (container._HashingWriter._OVERLAP // 256 + 1)      # the threaded path
+    assert len(chunk) % piece
+    writer = container._HashingWriter(out, len(chunk), threaded=True)
+    writer.write(memoryview(chunk))
+    writer.close()
+    assert out.getvalue() == chunk and writer.sha.digest() == hashlib.sha256(chunk).digest()
+    assert len(out.sizes) == -(-len(chunk) // piece) and max(out.sizes) <= piece
 
 def test_weights_builder_writes_and_shares_deferred_arrays_like_arrays(monkeypatch):
     """A deferred array lands at the same offset, with the same bytes and the same sharing,
