@@ -141,11 +141,13 @@ def fp16_rounded_model(model, graph: Graph, compute_dtypes: dict):
 def reference_model(onnx_path: str):
     """What onnxruntime runs: the file itself, or -- for an AMCT deploy model, whose
     AscendQuant/AscendDequant/AscendAntiQuant onnxruntime does not have -- the same model with
-    those ops and its int8 Conv/Gemm/MatMul written as standard ONNX (simulator/amct_reference.py)."""
+    those ops and its int8 Conv/Gemm/MatMul written as standard ONNX (simulator/amct_reference.py).
+    Which one is decided from the nodes alone: external weights are not read for it."""
     import onnx
-    from simulator.amct_reference import has_amct_ops, to_standard_onnx
-    model = onnx.load(onnx_path)
-    return to_standard_onnx(model).SerializeToString() if has_amct_ops(model) else onnx_path
+    from simulator.amct_reference import has_amct_ops
+    if not has_amct_ops(onnx.load(onnx_path, load_external_data=False)):
+        return onnx_path
+    return reference_proto(onnx_path).SerializeToString()
 
 
 def reference_proto(onnx_path: str):

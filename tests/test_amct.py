@@ -111,3 +111,19 @@ def test_amct_deploy_models_fuse_into_int8_kernels_and_match_onnxruntime(name):
     got = run_ir(graph, feeds)
     for key, ref in expected.items():
         np.testing.assert_allclose(got[key], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_the_reference_of_a_plain_model_is_its_file_decided_without_reading_its_weights(tmp_path):
+    """--compare hands onnxruntime the file itself unless it holds AMCT ops; telling which
+    reads the nodes only, not the external weights (the file below has none to read)."""
+    from simulator.compare import reference_model
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])], [w]))
+    path = tmp_path / "m.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.data", size_threshold=0)
+    (tmp_path / "m.data").unlink()
+    assert reference_model(str(path)) == str(path)
