@@ -277,33 +277,33 @@ def conv_forward(x, w, attrs, bias=None, base=None, base_owned: bool = False) ->
     b = bias.astype(ct, copy=False).reshape(_bias_shape(nd)) if bias is not None else None
     if winograd.applies(ct, w.shape, group, strides, dilations, out):
         y = winograd.conv3x3(x, w, begin, out, bias)           # U cached per weight array as given
-        if base is not None:
-            y += base
-        return _to_result(y, out_dtype)
+        return _to_result(_added(y, None, base), out_dtype)
     xp = _pad_spatial(x, begin, end, 0)
     if group > 1 and cg == 1:
         y = _depthwise(xp, wc.reshape(group, mg, -1), out, kernel, strides, dilations).reshape(shape)
-        if b is not None:
-            y += b
-        if base is not None:
-            y += base
-        return _to_result(y, out_dtype)
+        return _to_result(_added(y, b, base), out_dtype)
     if all(k == 1 for k in kernel):
         cols = _tap(xp, [0] * nd, out, strides).reshape(n, group, cg, p)      # a view at stride 1
     else:
         cols = _windows(xp, out, kernel, strides, dilations).reshape(n, group, cg * math.prod(kernel), p)  # im2col
     if group > 1:
         y = np.matmul(wc.reshape(group, mg, -1), cols).reshape(shape)        # (N, G, Mg, P) via BLAS
-        if b is not None:
-            y += b
-        if base is not None:
-            y += base
-        return _to_result(y, out_dtype)
+        return _to_result(_added(y, b, base), out_dtype)
     y = _accumulator(shape, ct, b, base, base_owned)
     y2, w2 = y.reshape(n, cout, p), wc.reshape(cout, -1)
     for i in range(n):
         openblas.gemm_into(w2, cols[i, 0], y2[i], accumulate=b is not None or base is not None)
     return _to_result(y, out_dtype)
+
+
+def _added(y: np.ndarray, bias, base) -> np.ndarray:
+    """y (this conv's own product) + bias + base, in place: the paths whose product is not
+    an OpenBLAS GEMM we can accumulate into (`_accumulator`)."""
+    if bias is not None:
+        y += bias
+    if base is not None:
+        y += base
+    return y
 
 
 def _accumulator(shape, dtype, bias, base, base_owned: bool) -> np.ndarray:
