@@ -27,7 +27,7 @@ from codegen.fused.layer_norm_quant import OP_TYPE
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse, single_consumer
 from fusion_passes.quant_attention import SubGraphBuilder
-from fusion_passes.quant_chain import QUANTIZERS
+from fusion_passes.quant_chain import QUANTIZERS, per_tensor_unblocked
 from ge.ir import Graph, Node, Value
 from ge.ops.common import normalize_axis
 
@@ -73,8 +73,7 @@ def _unsupported(q: Node):
     """Why the kernel cannot take this quantizer, or None."""
     if q.op_type != "QuantizeLinear":
         return None
-    scale = q.attrs.get("y_scale")
-    if scale is None or np.asarray(scale).size != 1 or int(q.attrs.get("block_size", 0) or 0):
+    if not per_tensor_unblocked(q):
         return "a per-axis or blocked QuantizeLinear (the kernel quantizes each row with one scale)"
     if np.dtype(q.outputs[0].desc.dtype).kind not in "iu":
         return f"a QuantizeLinear to {np.dtype(q.outputs[0].desc.dtype)}, not to an integer type"

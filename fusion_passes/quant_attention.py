@@ -31,7 +31,7 @@ from codegen.registry import kernel_of
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse, scalar_const, single_consumer
 from fusion_passes.canonical.quant_views import same_quantization
-from fusion_passes.quant_chain import dequant_source, is_int8
+from fusion_passes.quant_chain import dequant_source, is_int8, per_tensor_unblocked
 from ge.ir import Graph, Node, Value
 from ge.ops.quant import F32
 from ge.ops.registry import TensorType
@@ -61,11 +61,6 @@ class QuantAttentionMatch(Match):
     tail: list = field(default_factory=list)         # output Q and int8 views
 
 
-def _per_tensor_unblocked(node: Node, scale: str) -> bool:
-    s = node.attrs.get(scale)
-    return s is not None and np.asarray(s).size == 1 and not int(node.attrs.get("block_size", 0) or 0)
-
-
 def int8_operand(value: Value, qoperator: bool = False) -> Optional[Operand]:
     """The int8 activation behind `value`: DequantizeLinear(int8, one scale) of it (QDQ), or
     `value` itself (QLinearMatMul's operand); None if it is not one."""
@@ -75,7 +70,7 @@ def int8_operand(value: Value, qoperator: bool = False) -> Optional[Operand]:
         dq, int8, absorbed = None, value, True
     else:
         dq = dequant_source(value)
-        if dq is None or dq.inputs[0].is_const or not is_int8(dq.inputs[0]) or not _per_tensor_unblocked(dq, "x_scale"):
+        if dq is None or dq.inputs[0].is_const or not is_int8(dq.inputs[0]) or not per_tensor_unblocked(dq):
             return None
         int8, absorbed = dq.inputs[0], single_consumer(dq.outputs[0]) is not None
     views, node = [], int8.producer
@@ -100,9 +95,9 @@ def _score_step(node: Node, cur: Value, after_softmax: bool) -> Optional[str]:
     """None if `node` may follow `cur` in the score chain, else why not."""
     t = node.op_type
     if t == "QuantizeLinear":
-        return None if _per_tensor_unblocked(node, "y_scale") else "a per-axis or blocked QuantizeLinear"
+        return None if per_tensor_unblocked(node) else "a per-axis or blocked QuantizeLinear"
     if t == "DequantizeLinear":
-        return None if _per_tensor_unblocked(node, "x_scale") and is_int8(cur) else "a per-axis DequantizeLinear"
+        return None if per_tensor_unblocked(node) and is_int8(cur) else "a per-axis DequantizeLinear"
     if after_softmax:
         return f"{t} after Softmax"
     if t in ("Div", "Mul"):
@@ -163,7 +158,7 @@ class QuantAttentionFusionPass(FusionPass):
                              "(Softmax -> Q -> DQ) and V a dequantized int8 activation", [cur, context.inputs[1]])
         tail, out = [], context.outputs[0]
         nxt = single_consumer(out)
-        if nxt is not None and nxt.op_type == "QuantizeLinear" and _per_tensor_unblocked(nxt, "y_scale"):
+        if nxt is not None and nxt.op_type == "QuantizeLinear" and per_tensor_unblocked(nxt):
             tail.append(nxt)
             out = nxt.outputs[0]
             nxt = single_consumer(out)

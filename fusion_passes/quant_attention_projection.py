@@ -24,14 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
-
 from codegen.fused import autofused
 from codegen.fused.quant_attention import QUANT_ATTENTION
 from codegen.fused.quant_cube import QUANT_MATMUL
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse, single_consumer
 from fusion_passes.quant_attention import SubGraphBuilder
+from fusion_passes.quant_chain import per_tensor_unblocked
 from ge.ir import Graph, Node, Value
 
 ROLES = ("Q", "K", "V")
@@ -55,9 +54,7 @@ def _operand_slot(node: Node) -> Optional[int]:
     an int8 view."""
     t = node.op_type
     if t in ("QuantizeLinear", "DequantizeLinear"):
-        scale = node.attrs.get("y_scale" if t == "QuantizeLinear" else "x_scale")
-        ok = scale is not None and np.asarray(scale).size == 1 and not int(node.attrs.get("block_size", 0) or 0)
-        return 0 if ok else None
+        return 0 if per_tensor_unblocked(node) else None
     if t in RESCALE_VIEWS:
         return 0 if all(v is None or v.is_const for v in node.inputs[1:]) else None
     if t == "QLinearMul" and len(node.inputs) > 3 and node.inputs[0] is not None and node.inputs[3] is not None:

@@ -78,6 +78,13 @@ def _per_tensor(scale) -> bool:
     return scale is not None and np.asarray(scale).size == 1
 
 
+def per_tensor_unblocked(node: Node) -> bool:
+    """A QuantizeLinear / DequantizeLinear with one scale and no block_size: what the int8
+    kernels take (each row, or tensor, quantized with one scale)."""
+    scale = node.attrs.get("y_scale" if node.op_type == "QuantizeLinear" else "x_scale")
+    return _per_tensor(scale) and not int(node.attrs.get("block_size", 0) or 0)
+
+
 def dequant_source(value: Optional[Value]) -> Optional[Node]:
     """The DequantizeLinear (unblocked) that produces `value`, if any."""
     dq = producer(value, "DequantizeLinear")
@@ -355,8 +362,7 @@ def walk_epilogue(plan: CubePlan) -> CubePlan:
             if node.op_type == "Add":
                 step = _residual(plan, node, cur)
             elif node.op_type in QUANTIZERS:
-                if node.op_type == "QuantizeLinear" and (not _per_tensor(node.attrs.get("y_scale"))
-                                                         or int(node.attrs.get("block_size", 0) or 0)):
+                if node.op_type == "QuantizeLinear" and not per_tensor_unblocked(node):
                     break
                 step = Step(node.op_type, dict(node.attrs))
             else:
@@ -391,8 +397,8 @@ def _through_rounding(plan: CubePlan, node: Node, cur: Value) -> Optional[Value]
         plan.nodes.append(node)
         return node.outputs[0]
     last = plan.steps[-1].op_type if plan.steps else ""
-    if node.op_type != DEQUANTIZERS.get(last) or (node.op_type == "DequantizeLinear" and (
-            not _per_tensor(node.attrs.get("x_scale")) or int(node.attrs.get("block_size", 0) or 0))):
+    if node.op_type != DEQUANTIZERS.get(last) or (node.op_type == "DequantizeLinear" and
+                                                  not per_tensor_unblocked(node)):
         return None
     follower = single_consumer(node.outputs[0])
     if follower is None:
