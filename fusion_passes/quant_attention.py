@@ -105,7 +105,7 @@ def _score_step(node: Node, cur: Value, after_softmax: bool) -> Optional[str]:
         return None if scalar_const(other) is not None else f"{t} by a tensor"
     if t == "QLinearMul":           # QOperator's scale: an int8 constant times the int8 scores
         other = node.inputs[3] if node.inputs[0] is cur else node.inputs[0]
-        return None if other is not None and other.is_const and other.const.size == 1 else "QLinearMul by a tensor"
+        return None if scalar_const(other) is not None else "QLinearMul by a tensor"
     if t in ("Add", "QLinearAdd"):
         same = tuple(node.outputs[0].desc.shape) == tuple(cur.desc.shape)
         return None if same else "an Add that broadcasts the scores"

@@ -28,7 +28,7 @@ from codegen.fused import autofused
 from codegen.fused.quant_attention import QUANT_ATTENTION
 from codegen.fused.quant_cube import QUANT_MATMUL
 from fusion_passes import reasons
-from fusion_passes.base import FusionPass, Match, fuse, single_consumer
+from fusion_passes.base import FusionPass, Match, fuse, scalar_const, single_consumer
 from fusion_passes.quant_attention import SubGraphBuilder
 from fusion_passes.quant_chain import per_tensor_unblocked
 from ge.ir import Graph, Node, Value
@@ -59,12 +59,12 @@ def _operand_slot(node: Node) -> Optional[int]:
         return 0 if all(v is None or v.is_const for v in node.inputs[1:]) else None
     if t == "QLinearMul" and len(node.inputs) > 3 and node.inputs[0] is not None and node.inputs[3] is not None:
         a, b = node.inputs[0], node.inputs[3]          # QOperator's form of the same scale
-        return 0 if b.is_const and b.const.size == 1 else 3 if a.is_const and a.const.size == 1 else None
+        return 0 if scalar_const(b) is not None else 3 if scalar_const(a) is not None else None
     if t in ("Mul", "Div") and len(node.inputs) == 2:
         a, b = node.inputs
-        if b.is_const and b.const.size == 1:
+        if scalar_const(b) is not None:
             return 0
-        if t == "Mul" and a.is_const and a.const.size == 1:
+        if t == "Mul" and scalar_const(a) is not None:
             return 1
     return None
 
