@@ -87,28 +87,28 @@ class ScoreScale(Rewrite):
     def apply(self, graph: Graph, mm: Node) -> bool:
         if len(mm.inputs) != 2 or any(v is None or v.is_const for v in mm.inputs):
             return False
-        scales = [s for s in (operand_scale(mm.inputs[0]), operand_scale(mm.inputs[1])) if s is not None]
+        operand_scales = [operand_scale(v) for v in mm.inputs]
+        scales = [s for s in operand_scales if s is not None]
         scores = mm.outputs[0]
         if not scales or scores.is_graph_output or not feeds_softmax(scores):
             return False
         if not all(can_bypass(node.outputs[0], _variable(node)) for node, _ in scales):
             return False
-        operand_scales = [operand_scale(v) for v in mm.inputs]
         factor, origin = 1.0, [node for node, _ in scales]
         for node, f in scales:
             factor *= f
             replace_value(graph, node.outputs[0], _variable(node))
         after = scores.uses[0][0] if len(scores.uses) == 1 else None
         existing = scalar_factor(after, scores) if after is not None else None
-        if existing is not None and _keeps_shape(after):
+        merged = existing is not None and _keeps_shape(after)
+        if merged:
             factor *= existing
             origin.append(after)
         const = graph.constant(f"{mm.name}/scale", np.asarray(factor, dtype=scores.desc.dtype))
         mul = add_node(graph, "Mul", [scores, const], {}, f"{mm.name}/scale", origin)
-        merged = existing is not None and _keeps_shape(after)
         mul.provenance[MARK] = (tuple(_undo(s) for s in operand_scales),
                                 (existing, list(after.origin)) if merged else None)
-        if existing is not None and _keeps_shape(after):
+        if merged:
             replace_value(graph, after.outputs[0], mul.outputs[0])
         else:
             for user, i in [u for u in scores.uses if u[0] is not mul]:
