@@ -26,8 +26,8 @@ from codegen.fused import autofused
 from codegen.fused.layer_norm_quant import OP_TYPE
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse, single_consumer
-from fusion_passes.quant_attention import SubGraphBuilder
 from fusion_passes.quant_chain import QUANTIZERS, per_tensor_unblocked
+from fusion_passes.subgraph import SubGraphBuilder
 from ge.ir import Graph, Node, Value
 from ge.ops.common import normalize_axis
 
@@ -145,7 +145,7 @@ class LayerNormQuantFusionPass(FusionPass):
                 builder.copy(node, {0: cur})
                 cur = builder.refs[id(node.outputs[0])]
         out = [builder.refs[id(v)] for v in match.outputs]
-        attrs = {"subgraph": autofused.encode_subgraph(builder.types_in, builder.ops, out),
+        attrs = {"subgraph": builder.encode(out),
                  "emit_normalized": int(match.emit_normalized)}
         fused = fuse(graph, match.nodes, OP_TYPE, builder.inputs, match.outputs, attrs, self.pass_name)
         fused.provenance["origin"] += [n for n in origin if n not in fused.provenance["origin"]]

@@ -25,16 +25,14 @@ from typing import Optional
 
 import numpy as np
 
-from codegen.fused import autofused
 from codegen.fused.quant_attention import QUANT_ATTENTION, QUANT_BATCH_MATMUL
-from codegen.registry import kernel_of
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse, scalar_const, single_consumer
 from fusion_passes.canonical.quant_views import same_quantization
 from fusion_passes.quant_chain import dequant_source, is_int8, per_tensor_unblocked
+from fusion_passes.subgraph import SubGraphBuilder
 from ge.ir import Graph, Node, Value
 from ge.ops.quant import F32
-from ge.ops.registry import TensorType
 
 INT8_VIEWS = ("Reshape", "Transpose")
 
@@ -176,24 +174,24 @@ class QuantAttentionFusionPass(FusionPass):
         builder = SubGraphBuilder()
         for operand in (match.q, match.k, match.v):
             builder.ref(operand.source)
-        q, k = builder.operand(match.q), builder.operand(match.k)
+        q, k = _operand_ref(builder, match.q), _operand_ref(builder, match.k)
         if match.scores.op_type == "QLinearMatMul":         # QOperator: the ops as written
             builder.copy(match.scores, {0: q, 3: k})
             for node in match.chain:
                 builder.copy(node)
             builder.copy(match.context, {0: builder.refs[id(match.chain[-1].outputs[0])],
-                                         3: builder.operand(match.v)})
+                                         3: _operand_ref(builder, match.v)})
         else:                                               # QDQ: both products on int8
-            builder.refs[id(match.scores.outputs[0])] = builder.product(q, k, match.q, match.k)
+            builder.refs[id(match.scores.outputs[0])] = _int8_product(builder, q, k, match.q, match.k)
             p_q = match.chain[-2]
             for node in match.chain[:-1]:                   # P's DQ goes: P.V reads P's int8
                 builder.copy(node)
-            builder.refs[id(match.context.outputs[0])] = builder.product(
-                builder.refs[id(p_q.outputs[0])], builder.operand(match.v), _as_operand(p_q), match.v)
+            builder.refs[id(match.context.outputs[0])] = _int8_product(
+                builder, builder.refs[id(p_q.outputs[0])], _operand_ref(builder, match.v), _as_operand(p_q), match.v)
         for node in match.tail:
             builder.copy(node)
         out = builder.refs[id(match.outputs[0])]
-        attrs = {"subgraph": autofused.encode_subgraph(builder.types_in, builder.ops, [out])}
+        attrs = {"subgraph": builder.encode([out])}
         shape = match.scores.outputs[0].desc.shape
         if len(shape) == 4:
             attrs["head_num"] = int(shape[1])
@@ -217,47 +215,17 @@ def _quant_params(operand) -> tuple:
     return operand.dq.attrs["x_scale"], operand.dq.attrs.get("x_zero_point")
 
 
-class SubGraphBuilder:
-    """The kernel's sub-graph in autofuse's JSON form, built from the matched nodes."""
+def _operand_ref(builder: SubGraphBuilder, operand: Operand):
+    """The kernel's ref of `operand`: its int8 source through its absorbed views."""
+    return builder.views(builder.ref(operand.source), operand.views)
 
-    def __init__(self):
-        self.inputs, self.types_in, self.ops = [], [], []
-        self.refs, self.types = {}, {}
 
-    def ref(self, value: Value):
-        if id(value) not in self.refs:
-            self.inputs.append(value)
-            t = TensorType(np.dtype(value.desc.dtype), tuple(value.desc.shape))
-            self.types_in.append(t)
-            r = ("i", len(self.inputs) - 1)
-            self.refs[id(value)], self.types[r] = r, t
-        return self.refs[id(value)]
-
-    def emit(self, op_type: str, attrs: dict, refs: list):
-        ins = [None if r is None else self.types[r] for r in refs]
-        out = kernel_of(op_type).op.infer(ins, attrs)[0]
-        self.ops.append((op_type, attrs, refs, [out]))
-        r = ("o", len(self.ops) - 1, 0)
-        self.types[r] = out
-        return r
-
-    def copy(self, node: Node, given: Optional[dict] = None) -> None:
-        """`node` as a member; `given`: refs for some of its inputs (by slot)."""
-        given = given or {}
-        refs = [given[i] if i in given else None if v is None else self.ref(v) for i, v in enumerate(node.inputs)]
-        self.refs[id(node.outputs[0])] = self.emit(node.op_type, dict(node.attrs), refs)
-
-    def operand(self, operand: Operand):
-        cur = self.ref(operand.source)
-        for view in operand.views:
-            cur = self.emit(view.op_type, dict(view.attrs), [cur] + [self.ref(v) for v in view.inputs[1:] if v])
-        return cur
-
-    def product(self, a, b, a_operand, b_operand):
-        (sa, za), (sb, zb) = _quant_params(a_operand), _quant_params(b_operand)
-        attrs = {"deq_scale": (np.asarray(sa, F32).reshape(()) * np.asarray(sb, F32).reshape(())).astype(F32)}
-        if za is not None:
-            attrs["a_zero_point"] = np.asarray(za).reshape(())
-        if zb is not None:
-            attrs["b_zero_point"] = np.asarray(zb).reshape(())
-        return self.emit(QUANT_BATCH_MATMUL, attrs, [a, b])
+def _int8_product(builder: SubGraphBuilder, a, b, a_operand, b_operand):
+    """A QuantBatchMatMul of refs `a` and `b` on int8, dequantized by both operands' scales."""
+    (sa, za), (sb, zb) = _quant_params(a_operand), _quant_params(b_operand)
+    attrs = {"deq_scale": (np.asarray(sa, F32).reshape(()) * np.asarray(sb, F32).reshape(())).astype(F32)}
+    if za is not None:
+        attrs["a_zero_point"] = np.asarray(za).reshape(())
+    if zb is not None:
+        attrs["b_zero_point"] = np.asarray(zb).reshape(())
+    return builder.emit(QUANT_BATCH_MATMUL, attrs, [a, b])

@@ -29,8 +29,8 @@ from codegen.fused.quant_attention import QUANT_ATTENTION
 from codegen.fused.quant_cube import QUANT_MATMUL
 from fusion_passes import reasons
 from fusion_passes.base import FusionPass, Match, fuse, scalar_const, single_consumer
-from fusion_passes.quant_attention import SubGraphBuilder
 from fusion_passes.quant_chain import per_tensor_unblocked
+from fusion_passes.subgraph import SubGraphBuilder
 from ge.ir import Graph, Node, Value
 
 ROLES = ("Q", "K", "V")
@@ -156,10 +156,7 @@ class QuantAttentionProjectionFusionPass(FusionPass):
         builder = SubGraphBuilder()
         source = builder.ref(match.source)
         for p in match.projections:
-            cur = source
-            for view in p.views:
-                cur = builder.emit(view.op_type, dict(view.attrs), [cur] + [builder.ref(v) for v in view.inputs[1:] if v])
-            builder.copy(p.gemm, {0: cur})
+            builder.copy(p.gemm, {0: builder.views(source, p.views)})
             for node, slot in p.rescale:
                 builder.copy(node, {slot: builder.refs[id(node.inputs[slot])]})
         attention = match.attention
@@ -172,6 +169,6 @@ class QuantAttentionProjectionFusionPass(FusionPass):
             made.append(builder.emit(op_type, attrs, args))
         outputs = [given[r[1]] if r[0] == "i" else made[r[1]] for r in sub.outputs]
         attrs = {k: v for k, v in attention.attrs.items() if k != "subgraph"}
-        attrs["subgraph"] = autofused.encode_subgraph(builder.types_in, builder.ops, outputs)
+        attrs["subgraph"] = builder.encode(outputs)
         return fuse(graph, match.nodes, QUANT_ATTENTION, builder.inputs, match.outputs, attrs, self.pass_name,
                     name=attention.name)

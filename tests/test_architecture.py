@@ -166,3 +166,14 @@ def test_no_assert_guards_an_invariant_in_project_code():
             tree = ast.parse(f.read(), filename=path)
         offenders += [f"{module}:{node.lineno}" for node in ast.walk(tree) if isinstance(node, ast.Assert)]
     assert not offenders, "assert in project code (use ge.errors.InternalError): " + ", ".join(offenders)
+
+
+def test_passes_sharing_the_subgraph_builder_do_not_import_each_other():
+    """The kernel sub-graph builder three passes share lives in its own module, so none of
+    them depends on another pass's file (a change to one pass cannot break the others)."""
+    graph = _graph()
+    users = {m for m, targets in graph.items() if "fusion_passes.subgraph" in targets}
+    assert {"fusion_passes.quant_attention", "fusion_passes.quant_attention_projection",
+            "fusion_passes.layer_norm_quant"} <= users, users
+    for module in sorted(users):
+        assert not graph[module] & (users - {module}), f"{module} imports {graph[module] & users}"
