@@ -32,8 +32,8 @@ class AtcError(Exception):
 
     def __reduce__(self):
         """Copy and pickle by state, whatever a subclass's __init__ takes (copy.copy, and any
-        caller that sends errors between processes; runner.run_many's workers send theirs as
-        (code, message, solution), simulator/workers.py)."""
+        caller that sends errors between processes; runner.run_many's workers send theirs
+        without pickle, as `error_name` and fields, simulator/workers.py)."""
         return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
 
     def render(self) -> str:
@@ -41,6 +41,25 @@ class AtcError(Exception):
         if self.solution:
             text += f"\n        Solution: {self.solution}"
         return text
+
+
+def error_name(cls: type) -> str:
+    """The name `rebuild_error` finds an error class by: module and qualified name."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def rebuild_error(name: str, code: str, message: str, solution: str, state: dict) -> AtcError:
+    """The error of the class named `name` (`error_name`) with these fields and `state` (its other
+    attributes, InternalError's node), rebuilt without pickle and without importing anything:
+    the class is looked up among the AtcError subclasses already loaded -- a forked worker's
+    parent has them all -- and AtcError itself stands in for a name that is not one of them."""
+    classes, todo = {error_name(AtcError): AtcError}, [AtcError]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            classes.setdefault(error_name(sub), sub)
+            todo.append(sub)
+    fields = {"code": code, "message": message, "solution": solution}
+    return _rebuild_error(classes.get(name, AtcError), (f"{code}: {message}",), {**state, **fields})
 
 
 class InvalidNode(AtcError):

@@ -11,7 +11,12 @@ Why no pickle: the children inherit the inputs, so nothing goes to them; their o
 back as raw bytes in a file per worker in a private temporary folder, each array after a
 short JSON header (index, name, dtype, shape, byte count) that the parent checks before it
 believes a size -- strings in GE's DT_STRING layout (om_format.attrs), ml_dtypes types by
-name from an allow-list.  An error travels the same way as (code, message, solution).
+name from an allow-list.  An error travels the same way, as fields the parent rebuilds it from:
+an AtcError keeps its class (InvalidNode, InternalError ...: looked up among the classes
+already loaded, never imported by name), code, message, solution and its other plain
+attributes; a MemoryError stays a MemoryError (atc-sim reports it as E13023, whichever
+process ran out); anything else is E19999 naming its type.  So the parent raises what a
+single-process run would have raised, and atc-sim prints the same line and exit code.
 
 Scheduling: a shared counter hands each worker the next input, so a worker slowed by a busy
 neighbour simply takes fewer (fixed chunks would make the run wait for the slowest).  The
@@ -40,7 +45,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ge.errors import AtcError
+from ge.errors import AtcError, error_name, rebuild_error
 from om_format.attrs import STRING, string_bytes, strings_from_bytes
 from om_format.errors import OmFormatError
 from simulator import blas, host_memory
@@ -133,9 +138,10 @@ def _parse_results(path: str, count: int) -> tuple:
                 raise ValueError(f"{path}: a record header that is not an object")
             if "error" in header:
                 error = header["error"]
-                if not all(isinstance(error[k], str) for k in ("code", "message", "solution")) \
-                        or not isinstance(error["index"], int):
-                    raise ValueError(f"{path}: an error record without its code, message and solution")
+                if not all(isinstance(error[k], str) for k in ("code", "message", "solution", "class")) \
+                        or not isinstance(error["index"], int) or not isinstance(error["state"], dict) \
+                        or not all(isinstance(v, _PLAIN) for v in error["state"].values()):
+                    raise ValueError(f"{path}: an error record without its class, code, message and solution")
                 errors.append(error)
                 continue
             if "stats" in header:
@@ -163,11 +169,30 @@ def _parse_results(path: str, count: int) -> tuple:
     return results, errors, stats
 
 
+_PLAIN = (str, int, float, bool, type(None))      # the attribute values an error record carries
+_MEMORY_ERROR = error_name(MemoryError)
+
+
 def _error_record(index: int, exc: BaseException) -> dict:
+    """What the parent needs to raise the same error: see the module docstring."""
     if isinstance(exc, AtcError):
-        return {"index": index, "code": exc.code, "message": exc.message, "solution": exc.solution}
-    return {"index": index, "code": "E19999", "message": f"A worker process failed on input {index}: "
+        state = {k: v for k, v in vars(exc).items() if k not in ("code", "message", "solution")
+                 and isinstance(v, _PLAIN)}
+        return {"index": index, "class": error_name(type(exc)), "code": exc.code, "message": exc.message,
+                "solution": exc.solution, "state": state}
+    if isinstance(exc, MemoryError):
+        return {"index": index, "class": _MEMORY_ERROR, "code": "", "message": str(exc), "solution": "",
+                "state": {}}
+    return {"index": index, "class": error_name(AtcError), "code": "E19999", "state": {},
+            "message": f"A worker process failed on input {index}: "
             + "".join(traceback.format_exception_only(type(exc), exc)).strip(), "solution": "Report the model."}
+
+
+def _error_from_record(error: dict) -> BaseException:
+    """The exception `_error_record` described, as the worker raised it."""
+    if error["class"] == _MEMORY_ERROR:
+        return MemoryError(error["message"])
+    return rebuild_error(error["class"], error["code"], error["message"], error["solution"], error["state"])
 
 
 def _work(forward: Callable[[dict], dict], input_sets: list, counter, t0: float, sink) -> WorkerStats:
@@ -220,7 +245,7 @@ def run_forked(forward: Callable[[dict], dict], input_sets: list, workers: int) 
     """Run `forward` (one inference of an already prepared model) on every input set, over
     `workers` processes: this one and `workers - 1` forks.  Returns (outputs in input order,
     [WorkerStats of each worker, this process first]); the first failing input's error is
-    raised (an AtcError as it was raised in the worker).  A fork the system refuses (EAGAIN,
+    raised (an AtcError of the class, code and message it was raised with in the worker).  A fork the system refuses (EAGAIN,
     ENOMEM) leaves the inputs to the workers already running; where forking is not safe
     (`can_fork`) everything runs in this process."""
     t0 = time.perf_counter()
@@ -273,7 +298,7 @@ def run_forked(forward: Callable[[dict], dict], input_sets: list, workers: int) 
                 raise AtcError("E19999", f"A worker's results could not be read back: {exc}",
                                "Check the free space of the temporary folder (TMPDIR).") from exc
             outputs.update(results)
-            errors.extend((e["index"], AtcError(e["code"], e["message"], e["solution"])) for e in failed)
+            errors.extend((e["index"], _error_from_record(e)) for e in failed)
             stats.append(child_stats or WorkerStats())
     finally:
         for pid in children:                 # the caller was interrupted: stop what we started

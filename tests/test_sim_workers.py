@@ -8,9 +8,10 @@ import time
 import numpy as np
 import pytest
 
-from ge.errors import AtcError
+from ge.errors import AtcError, InternalError, InvalidNode
 from om_format.attrs import STRING
 from simulator import blas, runner, workers
+from test_atc_flags import atc, base, run_sim, work  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.skipif(not workers.can_fork(), reason="no fork on this platform")
 
@@ -81,6 +82,56 @@ def test_the_first_failing_input_raises_its_own_error_code():
     with pytest.raises(AtcError) as err:
         workers.run_forked(forward, _sets(8), 2)
     assert err.value.code == "E10001" and "input 3" in err.value.message
+
+
+def _in_a_fork_only(exc: BaseException):
+    """A forward that raises `exc` in a forked worker only; this process waits meanwhile, so
+    the fork takes the inputs (this process's own share would raise `exc` as it is)."""
+    parent = os.getpid()
+
+    def forward(feeds):
+        if os.getpid() != parent:
+            raise exc
+        time.sleep(0.2)
+        return {"y": feeds["x"]}
+    return forward
+
+
+@pytest.mark.parametrize("exc", [InvalidNode("Node [g] (Gather): indices out of range", "Check the indices."),
+                                 InternalError("Kernel [m] (MatMul) failed: ValueError: x", "m"),
+                                 AtcError("E10001", "input 3 is bad", "fix it")])
+def test_a_workers_error_is_raised_here_as_it_was_raised_there(exc):
+    """Same class, code, message, solution and attributes (InternalError's node): the parent
+    raises what a single-process run would, rebuilt from a result file, not unpickled."""
+    with pytest.raises(AtcError) as err:
+        workers.run_forked(_in_a_fork_only(exc), _sets(4), 2)
+    assert type(err.value) is type(exc)
+    assert vars(err.value) == vars(exc) and err.value.args == exc.args
+    assert err.value.render() == exc.render()
+
+
+def test_a_worker_out_of_memory_is_a_memory_error_here_too():
+    """atc-sim turns a MemoryError into E13023 whichever process ran out; not an E19999."""
+    with pytest.raises(MemoryError, match="no room"):
+        workers.run_forked(_in_a_fork_only(MemoryError("no room")), _sets(4), 2)
+
+
+def test_a_workers_error_record_names_no_class_that_is_not_an_atc_error(tmp_path):
+    """The class name is looked up among the loaded AtcError subclasses, never imported: any
+    other name gives a plain AtcError with the record's code and message."""
+    path = tmp_path / "w.bin"
+    record = workers._error_record(2, InvalidNode("bad"))
+    for name in ("os.system", "builtins.SystemExit", "ge.errors.NoSuchError"):
+        with open(path, "wb") as f:
+            workers._write_record(f, {"error": dict(record, **{"class": name})}, b"")
+        error = workers._read_results(str(path), 4)[1][0]
+        rebuilt = workers._error_from_record(error)
+        assert type(rebuilt) is AtcError and rebuilt.code == "E16004" and rebuilt.message == "bad"
+    for bad in ({"state": {"node": [1]}}, {"state": []}, {"class": 3}):
+        with open(path, "wb") as f:
+            workers._write_record(f, {"error": dict(record, **bad)}, b"")
+        with pytest.raises(ValueError):
+            workers._read_results(str(path), 4)
 
 
 def test_a_worker_that_dies_is_reported_not_waited_for():
@@ -225,3 +276,55 @@ def test_where_fork_is_unsafe_every_input_runs_in_this_process(monkeypatch):
     parent = os.getpid()
     outputs, stats = workers.run_forked(lambda feeds: {"pid": np.array(os.getpid())}, _sets(4), 3)
     assert {int(o["pid"]) for o in outputs} == {parent} and len(stats) == 1 and stats[0].inputs == 4
+
+
+def test_atc_sim_dataset_mode_reports_a_workers_failure_as_one_process_would(work, capsys, monkeypatch):
+    """atc-sim on an input folder whose fourth file has an index out of range: with the
+    inferences after the first run by a forked worker, the [ERROR] line, its E16004 and the
+    exit code are those of a one-process run, and the error raised is the same class."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "table")
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "idx"], ["y"], axis=0)], "gather",
+                              [helper.make_tensor_value_info("idx", TensorProto.INT64, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [table])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(work / "g.onnx"))
+    rc, text = atc(capsys, *base(work / "g.onnx", work / "g"))
+    assert rc == 0, text
+    (work / "idx").mkdir()
+    for k in range(6):
+        np.save(work / "idx" / f"sample_{k}.npy", np.array([0, 1, 50 if k == 3 else k], np.int64))
+
+    raised = []
+    real_run_forked, real_work, parent = workers.run_forked, workers._work, os.getpid()
+
+    def spy(*args, **kwargs):
+        try:
+            return real_run_forked(*args, **kwargs)
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    def forks_only(forward, input_sets, counter, t0, sink):
+        if os.getpid() != parent:
+            return real_work(forward, input_sets, counter, t0, sink)
+        deadline = time.monotonic() + 60          # this process leaves every input to the fork
+        while counter.value < len(input_sets) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return workers.WorkerStats()
+
+    monkeypatch.setattr(blas, "free_cores", lambda: 1)
+    rc_one, text_one = run_sim(capsys, f"--model={work / 'g.om'}", f"--input={work / 'idx'}")
+    monkeypatch.setattr(blas, "free_cores", lambda: 2)
+    monkeypatch.setattr(workers, "run_forked", spy)
+    monkeypatch.setattr(workers, "_work", forks_only)
+    rc_forked, text_forked = run_sim(capsys, f"--model={work / 'g.om'}", f"--input={work / 'idx'}")
+
+    def error_lines(text):
+        return [line for line in text.splitlines() if "[ERROR]" in line or "Solution:" in line]
+
+    assert rc_one == rc_forked == 1
+    assert error_lines(text_one) == error_lines(text_forked) and "E16004" in error_lines(text_one)[0], text_forked
+    assert "out of range" in error_lines(text_forked)[0]
+    assert len(raised) == 1 and type(raised[0]) is InvalidNode and raised[0].code == "E16004"
