@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ge.errors import AtcError
-from ge.onnx_import import OnnxModel, load_model, normalize_opset
+from ge.onnx_import import OnnxModel, load_model, node_names, normalize_opset
 from ge.ops.registry import get_op
 
 
@@ -11,8 +11,9 @@ def check_model(options) -> tuple:
     loaded = load_model(options.model)
     model = normalize_opset(loaded)
     nodes = []
+    names = node_names(model.graph)          # the compiled graph's names for unnamed nodes
     for index, node in enumerate(model.graph.node):
-        name = node.name or f"{node.op_type}_{index}"
+        name = names[index] or f"{node.op_type}_{index}"
         if node.domain not in ("", "ai.onnx"):
             entry = {"supported": False, "reason": f"custom domain [{node.domain}] is not supported"}
         elif node.op_type == "Constant" or get_op(node.op_type) is not None:

@@ -8,6 +8,7 @@ opsets are resolved later by `ge.passes.infer_and_fold` (canonical form).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
@@ -456,6 +457,39 @@ def input_names(model: Union[onnx.ModelProto, OnnxModel]) -> list:
     return [i.name for i in model.graph.input if i.name not in inits]
 
 
+def node_names(onnx_graph: onnx.GraphProto) -> list:
+    """The name of each node of `onnx_graph` (opset-normalized, as `import_model` reads it) in
+    the IR, and so in the .om's origins and the fusion report: its own, or for an unnamed node
+    `{op_type}_{index}`, made unique against the initializers, graph inputs, explicit node
+    names and the nodes and values named before it.  One rule, so a tool that reads the ONNX
+    file again (atc-sim --compare, --mode=3) finds an unnamed node under the .om's name for it.
+    A Constant becomes a constant, not a node: it keeps its own name, empty or not."""
+    taken = {t.name for t in onnx_graph.initializer} | {i.name for i in onnx_graph.input}
+    taken |= {n.name for n in onnx_graph.node if n.name}
+    suffixes, names = itertools.count(), []
+    for index, node in enumerate(onnx_graph.node):
+        if node.op_type == "Constant":
+            names.append(node.name)
+            continue
+        name = base = node.name or f"{node.op_type}_{index}"
+        while not node.name and name in taken:
+            name = f"{base}_{next(suffixes)}"
+        taken.add(name)
+        taken.update(out or f"{node.name}:unused{i}" for i, out in enumerate(node.output))
+        names.append(name)
+    return names
+
+
+def named_as_imported(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` as `import_model` reads it -- its opset normalized -- with every unnamed node
+    given its IR name (`node_names`).  Names the nodes of `model` itself when its opset needs
+    no conversion."""
+    model = normalize_opset(model)
+    for node, name in zip(model.graph.node, node_names(model.graph)):
+        node.name = name
+    return model
+
+
 def import_model(model: Union[onnx.ModelProto, OnnxModel], input_shapes: Optional[dict[str, list[int]]] = None,
                  input_format: str = "NCHW") -> Graph:
     """Build the IR graph of an ONNX model (nodes in ONNX form; run the generic passes next).
@@ -495,6 +529,7 @@ def import_model(model: Union[onnx.ModelProto, OnnxModel], input_shapes: Optiona
         raise AtcError("E16001", f"Node name(s) {twice} are used by more than one node.",
                        "Give every node a unique name (onnxruntime refuses this model too).")
     graph.reserve_names(explicit)
+    names = node_names(onnx_graph)
     for index, onnx_node in enumerate(onnx_graph.node):
         _check_domain(onnx_node, index)
         for out in onnx_node.output:
@@ -509,8 +544,7 @@ def import_model(model: Union[onnx.ModelProto, OnnxModel], input_shapes: Optiona
         for value in outputs:
             values[value.name] = value
         attrs = {attr.name: attribute_value(attr) for attr in onnx_node.attribute}
-        # Empty names get a unique one that avoids every explicit name.
-        name = onnx_node.name or graph.unique_name(f"{onnx_node.op_type}_{index}")
+        name = names[index]
         node = Node(onnx_node.op_type, [], outputs, attrs, name=name)
         node.provenance["pending_inputs"] = list(onnx_node.input)
         graph.add_node(node)

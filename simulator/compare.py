@@ -91,9 +91,14 @@ def fp16_rounded_model(model, graph: Graph, compute_dtypes: dict):
     the model with the .om's float16 roundings at the same tensors and onnxruntime's own
     kernels in between: how far it lies from the float32 reference is the drift those
     roundings cause on this model and input (`fp16_reference_spread`, COMPARE.md "Int8
-    models").  Tensors inside a fused kernel have no name in the .om and are not rounded."""
+    models").  Tensors inside a fused kernel have no name in the .om and are not rounded.
+    ONNX nodes are matched to the kernels' origins by the names the importer gave them
+    (`node_names`: an unnamed node's is made from its op type and position), and the model
+    returned carries those names."""
     import onnx
     from onnx import TensorProto, helper
+
+    from ge.onnx_import import node_names, normalize_opset
 
     written, read = set(), {}          # tensor names; ONNX node name -> tensor names it reads rounded
     for node in graph.nodes:
@@ -103,12 +108,14 @@ def fp16_rounded_model(model, graph: Graph, compute_dtypes: dict):
         inputs = {v.name for v in node.inputs if v is not None and np.dtype(v.desc.dtype) == np.float32}
         for origin in node.origin:
             read.setdefault(origin, set()).update(inputs)
+    model = normalize_opset(model)     # the graph the importer read, node for node
+    names = node_names(model.graph)
     produced = {o for n in model.graph.node for o in n.output if o}
     sources = {t.name for t in model.graph.initializer} | {i.name for i in model.graph.input}
     written &= produced
     known = produced | sources
-    copies = {t for n in model.graph.node if n.name in read for t in n.input
-              if t in read[n.name] and t not in written and t in known}
+    copies = {t for n, name in zip(model.graph.node, names) if name in read for t in n.input
+              if t in read[name] and t not in written and t in known}
     if not written and not copies:
         return None
 
@@ -119,11 +126,12 @@ def fp16_rounded_model(model, graph: Graph, compute_dtypes: dict):
     out = onnx.ModelProto()
     out.CopyFrom(model)
     nodes = [c for t in sorted(copies - produced) for c in rounding(t, f"{t}__fp16", f"{t}__fp16_rounded")]
-    for original in out.graph.node:
+    for original, node_name in zip(out.graph.node, names):
         node = onnx.NodeProto()
         node.CopyFrom(original)
+        node.name = node_name
         for i, name in enumerate(node.input):
-            if name in copies and name in read.get(node.name, ()):
+            if name in copies and name in read.get(node_name, ()):
                 node.input[i] = f"{name}__fp16_rounded"
         after = []
         for i, name in enumerate(node.output):
@@ -154,8 +162,10 @@ def reference_proto(onnx_path: str):
     """The ModelProto `reference_model` runs (AMCT ops written as standard ONNX)."""
     import onnx
     from simulator.amct_reference import has_amct_ops, to_standard_onnx
+    from ge.onnx_import import named_as_imported
     model = onnx.load(onnx_path)
-    return to_standard_onnx(model) if has_amct_ops(model) else model
+    # the rewrite moves nodes: each keeps the name the .om knows it by (fp16_rounded_model)
+    return to_standard_onnx(named_as_imported(model)) if has_amct_ops(model) else model
 
 
 def precision_class(graph: Graph, value: Value, compute_dtypes: dict) -> str:
