@@ -38,8 +38,10 @@ Tensor element types (``tensor_desc`` / ``tensor_def`` / ``tensor_from_def``):
 - strings (numpy ``object`` arrays of ``str``, as onnx gives them) are ``DT_STRING`` in GE's
   own layout: one 16-byte head ``{int64 offset, int64 length}`` per element (the offset counts
   from the tensor's first byte), then each string's UTF-8 bytes and a NUL;
+- int4 (``DT_INT4``) is packed two values a byte, the first in the low nibble, and its
+  descriptor's ``size`` counts the packed bytes (om_format/int4.py);
 - ONNX types GE has no DataType for (``float8e4m3fnuz``, ``float8e5m2fnuz``, ``uint4``: one
-  value a byte, as our int4) are written as their storage type ``DT_UINT8`` (the bit
+  value a byte) are written as their storage type ``DT_UINT8`` (the bit
   patterns; a uint4 byte holds one value 0..15) with the ONNX type's name in the descriptor's
   attribute ``_onnx_data_type`` (LOGICAL_TYPE_ATTR): Netron and GE readers see a valid uint8
   tensor, our reader gives back the ONNX type.
@@ -51,6 +53,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from om_format import int4
 from om_format.errors import OmFormatError
 from om_format.schema import (AttrDef, DataType, GraphDef, ListValueType, NamedAttrs,
                               TensorDef, TensorDescriptor)
@@ -170,7 +173,9 @@ def tensor_desc(name: str, dtype, shape, layout: str = "ND") -> TensorDescriptor
     desc.shape.SetInParent()  # a scalar still has a (empty) shape: Netron needs it
     if logical is not None:
         desc.attr[LOGICAL_TYPE_ATTR].s = logical.encode("ascii")
-    if all(d >= 0 for d in dims) and ge_dtype in _GE_TO_NP and ge_dtype != DataType.DT_STRING:
+    if all(d >= 0 for d in dims) and ge_dtype == DataType.DT_INT4:
+        desc.size = int4.packed_size(math.prod(dims))          # two values a byte (om_format/int4.py)
+    elif all(d >= 0 for d in dims) and ge_dtype in _GE_TO_NP and ge_dtype != DataType.DT_STRING:
         desc.size = int(np.prod(dims, dtype=np.int64)) * _GE_TO_NP[ge_dtype].itemsize
     return desc
 
@@ -208,9 +213,13 @@ def strings_from_bytes(data, shape: tuple, name: str) -> np.ndarray:
 
 
 def tensor_bytes(array: np.ndarray):
-    """What a tensor's data holds: C-order little-endian bytes, or GE's string layout."""
-    if np.asarray(array).dtype == STRING:
+    """What a tensor's data holds: C-order little-endian bytes, GE's string layout, or int4
+    values two a byte (om_format/int4.py)."""
+    dtype = np.asarray(array).dtype
+    if dtype == STRING:
         return string_bytes(array)
+    if int4.is_int4(dtype):
+        return int4.pack(array).tobytes()
     return _le_bytes(array)
 
 
@@ -248,6 +257,8 @@ def tensor_from_def(t: TensorDef, weights: Optional[bytes] = None) -> np.ndarray
         data = weights[start:start + size]
     if dtype == STRING:
         return strings_from_bytes(data, shape, desc.name)
+    if int4.is_int4(dtype):
+        return int4.unpack(data, shape, desc.name)
     count = math.prod(shape)   # exact: an int64 product can wrap around to match len(data)
     if any(d < 0 for d in shape) or len(data) != count * dtype.itemsize:
         raise OmFormatError(f"Tensor '{desc.name}' has {len(data)} data bytes, shape "

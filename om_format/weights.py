@@ -18,6 +18,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from om_format import int4
 from om_format.attrs import string_bytes
 
 ALIGN = 64
@@ -117,7 +118,10 @@ class WeightsBuilder:
     def add(self, array) -> tuple:
         """Store an array as C-order little-endian bytes (strings: GE's DT_STRING layout,
         om_format.attrs); returns (offset, size).  A deferred array is kept as it is, to be
-        computed while the partition is written."""
+        computed while the partition is written.  int4 is packed two values a byte
+        (om_format/int4.py), as the tensor's descriptor sizes it."""
+        if int4.is_int4(array.dtype):
+            return self.add_bytes(int4.pack(np.asarray(array)))
         if _is_deferred(array):
             if array.dtype.byteorder != ">":
                 return self.add_bytes(array)

@@ -132,8 +132,9 @@ def netron_dir() -> str:
     return os.path.dirname(netron.__file__)
 
 
-def netron_open(path) -> dict:
-    """What Netron's own om.js sees in an .om file (tests/netron/harness.mjs), as a dict."""
+def netron_open(path, numbers: bool = False) -> dict:
+    """What Netron's own om.js sees in an .om file (tests/netron/harness.mjs), as a dict;
+    `numbers`: with each initializer's values as Netron's tensor decoder shows them."""
     import json
     import os
     import shutil
@@ -143,7 +144,8 @@ def netron_open(path) -> dict:
     if node is None:
         pytest.skip("node is not installed")
     harness = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netron", "harness.mjs")
-    proc = subprocess.run([node, harness, netron_dir(), str(path)], capture_output=True, text=True, timeout=120)
+    args = [node, harness, netron_dir(), str(path)] + (["--numbers"] if numbers else [])
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

@@ -1,11 +1,13 @@
 // Open an .om file with Netron's own om.js and print what Netron sees, as JSON.
 //
-// usage: node harness.mjs <netron package dir> <file.om> [--sizes]
+// usage: node harness.mjs <netron package dir> <file.om> [--sizes | --numbers]
 //
 // Only the few host/context methods om.ModelFactory.match/open call are stubbed:
 // context.stream (base.BinaryStream), context.set, context.metadata, context.require.
 // Output: {format, graphs: [{name, nodes: [{name, type, inputs, outputs, attributes,
-// chain, controlDependencies}]}]}; tensor bytes Netron resolved are hex strings.
+// chain, controlDependencies}]}]}; tensor bytes Netron resolved are hex strings.  With
+// `--numbers`, each initializer also has `numbers`: the values Netron's own decoder
+// (base.Tensor) shows, flattened -- what a user sees, packed types (int4) included.
 import * as fs from 'fs';
 import * as path from 'path';
 import { pathToFileURL } from 'url';
@@ -13,6 +15,7 @@ import { pathToFileURL } from 'url';
 const [netronDir, file, mode] = process.argv.slice(2);
 // With a third argument `--sizes`, tensor bytes are reported as their length (large models).
 const sizesOnly = mode === '--sizes';
+const withNumbers = mode === '--numbers';
 if (!netronDir || !file) {
     process.stderr.write('usage: node harness.mjs <netron dir> <file.om>\n');
     process.exit(2);
@@ -43,12 +46,26 @@ const tensorType = (type) => type ? {
     layout: type.denotation || null
 } : null;
 
+let base = null;
+
+// The numbers Netron's own tensor decoder shows for an initializer, flattened (null when it
+// cannot decode the type).
+const decoded = (tensor) => {
+    try {
+        const flat = (x) => Array.isArray(x) ? x.flatMap(flat) : [typeof x === 'bigint' ? Number(x) : x];
+        return flat(new base.Tensor(tensor).value);
+    } catch {
+        return null;
+    }
+};
+
 const value = (v) => ({
     name: v.name,
     type: tensorType(v.type),
     initializer: v.initializer ? {
         type: tensorType(v.initializer.type),
-        data: v.initializer.values ? hex(v.initializer.values) : null
+        data: v.initializer.values ? hex(v.initializer.values) : null,
+        ...(withNumbers ? { numbers: decoded(v.initializer) } : {})
     } : null
 });
 
@@ -82,7 +99,7 @@ const node = (n) => ({
 });
 
 const main = async () => {
-    const base = await load('base.js');
+    base = await load('base.js');
     const om = await load('om.js');
     const buffer = new Uint8Array(fs.readFileSync(file));
     const context = {
