@@ -15,6 +15,8 @@ It prints the median of --repeat timed runs, min and max, the ratios, the first 
 after load against the median, and where the simulator's time goes (per op type).
 `--split` splits the simulator's CPU time per conv kind (kernel size, stride, map, path,
 epilogue) into BLAS GEMMs and the rest (im2col, Winograd transforms, epilogues, Python).
+The compiled conv kernels (ge/ops/native.py) run unless ATC_PY_NATIVE=0 is set; the
+first line says which path ran.
 `--compete N` keeps N CPU-bound processes busy for the whole measurement (they are stopped
 at the end); `--many K` also times runner.run_many on K input sets with 1 and with all
 free cores; `--floor` times the model's conv GEMMs alone, one by one, in numpy (OpenBLAS)
@@ -114,13 +116,21 @@ def _kernel_kind(node) -> str:
 def gemm_split(model, feeds, repeat: int) -> list:
     """(kernel kind, kernels, CPU ms per forward, of which in BLAS GEMMs) by kind, largest
     first: medians over `repeat` forwards, each kernel timed between executor callbacks and
-    its GEMMs (np.matmul in ge/ops/nn.py and ge/ops/winograd.py, ge.ops.openblas.gemm_into)
-    timed inside it.  What is not GEMM is the kernel's own numpy work (im2col, Winograd
-    transforms, epilogues) and the executor's Python."""
-    from ge.ops import nn, openblas, winograd
+    its GEMMs (np.matmul in ge/ops/nn.py and ge/ops/winograd.py, ge.ops.openblas.gemm_into,
+    and the sgemm calls of the compiled kernels, which time themselves: ge/ops/native.py)
+    timed inside it.  What is not GEMM is the kernel's own work (im2col, Winograd
+    transforms, epilogues, in numpy or in C) and the executor's Python."""
+    from ge.ops import native, nn, openblas, winograd
     from simulator.executor import execute
 
     spent = [0.0]
+    native_gemm = [native.gemm_cpu_seconds(True)]        # the compiled kernels time their own sgemm calls
+
+    def in_gemms() -> float:
+        now = native.gemm_cpu_seconds(True)
+        spent[0] += now - native_gemm[0]
+        native_gemm[0] = now
+        return spent[0]
 
     def timed(fn):
         def call(*args, **kwargs):
@@ -145,11 +155,11 @@ def gemm_split(model, feeds, repeat: int) -> list:
             rec, last = {}, [time.process_time(), 0.0]
 
             def tick(node):
-                now = time.process_time()
-                rec[node.name] = (node, (now - last[0]) * 1e3, (spent[0] - last[1]) * 1e3)
-                last[0], last[1] = now, spent[0]
+                now, gemms = time.process_time(), in_gemms()
+                rec[node.name] = (node, (now - last[0]) * 1e3, (gemms - last[1]) * 1e3)
+                last[0], last[1] = now, gemms
 
-            last[0], last[1] = time.process_time(), spent[0]
+            last[0], last[1] = time.process_time(), in_gemms()
             execute(model.plan, feeds, on_kernel=tick)
             for name, (node, ms, gemm) in rec.items():
                 per[name]["ms"].append(ms)
@@ -157,6 +167,7 @@ def gemm_split(model, feeds, repeat: int) -> list:
                 per[name]["node"] = node
     finally:
         nn.np, winograd.np, openblas.gemm_into = saved
+        native.gemm_cpu_seconds(False)
     kinds = defaultdict(lambda: [0, 0.0, 0.0])
     for entry in per.values():
         row = kinds[_kernel_kind(entry["node"])]
@@ -306,6 +317,9 @@ def main(argv=None) -> int:
     print(f"numpy {np.__version__}, onnxruntime {ort.__version__}, {os.cpu_count()} CPUs, "
           f"{blas.usable_cores()} usable; load average before: {os.getloadavg()}")
     print(blas.describe())
+    from ge.ops import native
+    print(f"conv kernels: {'compiled (ge/ops/csrc)' if native.enabled() else 'numpy'}"
+          f"{'' if native.built() else ' (extension not built)'}")
     competitors = [multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
                    for _ in range(args.compete)]
     for p in competitors:

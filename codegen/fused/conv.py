@@ -99,10 +99,14 @@ def _conv_block(s: dict, attrs: dict) -> np.ndarray:
     if residual is not None and epilogue.residual_first(attrs) \
             and tuple(residual.shape) == conv_output_shape(xa.shape, w.shape, attrs):
         residual, base = None, residual.astype(acc, copy=False)
-    y = conv_forward(xa, w, attrs, b, base)             # widened there; w stays the constant the executor keeps
-    if attrs.get("residual_conv"):
+    relu = epilogue.relu_first(attrs, residual is not None)     # ReLU on the accumulator, in the conv's own pass
+    second = bool(attrs.get("residual_conv"))
+    y = conv_forward(xa, w, attrs, b, base, relu=relu and not second)   # w stays the constant the executor keeps
+    if second:
         y = conv_forward(s["res_x"].astype(acc, copy=False), s["res_w"], residual_conv_attrs(attrs), base=y,
-                         base_owned=True)
+                         base_owned=True, relu=relu)
+    if relu:
+        attrs = epilogue.without_activation(attrs)
     return epilogue.apply(y, attrs, None, residual, x.dtype, owned=True)     # y is this kernel's own
 
 

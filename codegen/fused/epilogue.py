@@ -90,6 +90,20 @@ def residual_first(attrs: dict) -> bool:
     return not (int(attrs.get("residual_after_act", 0)) or gated(attrs))
 
 
+def relu_first(attrs: dict, residual: bool) -> bool:
+    """Whether the epilogue's first stage is a plain ReLU on the accumulator -- a Relu
+    activation with no residual added before it and no gate -- so the conv can apply it in
+    the pass that writes its output (ge.ops.nn.conv_forward's `relu`) and the epilogue runs
+    `without_activation`.  ReLU commutes with the float16 rounding, so the dtype rule holds."""
+    act = activation_of(attrs)
+    return act is not None and act[0] == "Relu" and not gated(attrs) and (not residual or not residual_first(attrs))
+
+
+def without_activation(attrs: dict) -> dict:
+    """The attrs with the activation already applied (see `relu_first`)."""
+    return {**attrs, "activation": ""}
+
+
 def apply(acc: np.ndarray, attrs: dict, bias: Optional[np.ndarray] = None,
           residual: Optional[np.ndarray] = None, data_dtype=None, owned: bool = False) -> np.ndarray:
     """bias, residual and activation (and the gate) on the accumulator `acc` (in its dtype);

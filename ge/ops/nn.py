@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ge.ops import openblas, winograd
+from ge.ops import native, openblas, winograd
 from ge.ops.common import broadcast_shape
 from ge.ops.registry import OpDef, OpKind, TensorType, register
 from ge.errors import InvalidNode, invalid_attr
@@ -249,14 +249,16 @@ def conv_output_shape(x_shape, w_shape, attrs) -> tuple:
                                                                          attrs).out)
 
 
-def conv_forward(x, w, attrs, bias=None, base=None, base_owned: bool = False) -> np.ndarray:
-    """conv(x, w) + bias (+ base), in x's dtype (float16 computed in float32, 8-bit integers
-    exactly, to int32).  `base`, for the fused conv blocks (codegen/fused/conv.py): an array
-    of the output's shape and compute dtype -- a residual, or the main conv's output that
-    ResNet's downsample conv accumulates onto (`base_owned`: the caller reads it no more, so
-    it may become the result).  Where the product is OpenBLAS's GEMM (ge/ops/openblas.py)
-    bias and base go into its accumulator first (C = base + bias; C += W @ cols) rather
-    than being added by passes over the output afterwards."""
+def conv_forward(x, w, attrs, bias=None, base=None, base_owned: bool = False, relu: bool = False) -> np.ndarray:
+    """conv(x, w) + bias (+ base), ReLU'd if `relu`, in x's dtype (float16 computed in
+    float32, 8-bit integers exactly, to int32).  `base`, for the fused conv blocks
+    (codegen/fused/conv.py): an array of the output's shape and compute dtype -- a residual,
+    or the main conv's output that ResNet's downsample conv accumulates onto (`base_owned`:
+    the caller reads it no more, so it may become the result).  Where the product is
+    OpenBLAS's GEMM (ge/ops/openblas.py) bias and base go into its accumulator first
+    (C = base + bias; C += W @ cols) rather than being added by passes over the output
+    afterwards.  float32 2-D one-group convs run as one call of the compiled kernels
+    (ge/ops/native.py) when they are built, the whole epilogue inside it."""
     group = int(attrs.get("group", 1))
     _conv_check(x.shape, w.shape, group)
     out_dtype = x.dtype
@@ -274,26 +276,49 @@ def conv_forward(x, w, attrs, bias=None, base=None, base_owned: bool = False) ->
     if base is not None and tuple(base.shape) != shape:
         raise InvalidNode(f"Conv accumulator shape {list(base.shape)} differs from the output {list(shape)}",
                           "Recompile the model with this version of atc_py.")
+    if ct == np.float32 and nd == 2 and group == 1 and native.enabled():
+        return _native_conv(x, w, win, bias, base, base_owned, relu).astype(out_dtype, copy=False)
     b = bias.astype(ct, copy=False).reshape(_bias_shape(nd)) if bias is not None else None
     if winograd.applies(ct, w.shape, group, strides, dilations, out):
         y = winograd.conv3x3(x, w, begin, out, bias)           # U cached per weight array as given
-        return _to_result(_added(y, None, base), out_dtype)
+        return _to_result(_relu(_added(y, None, base), relu), out_dtype)
     xp = _pad_spatial(x, begin, end, 0)
     if group > 1 and cg == 1:
         y = _depthwise(xp, wc.reshape(group, mg, -1), out, kernel, strides, dilations).reshape(shape)
-        return _to_result(_added(y, b, base), out_dtype)
+        return _to_result(_relu(_added(y, b, base), relu), out_dtype)
     if all(k == 1 for k in kernel):
         cols = _tap(xp, [0] * nd, out, strides).reshape(n, group, cg, p)      # a view at stride 1
     else:
         cols = _windows(xp, out, kernel, strides, dilations).reshape(n, group, cg * math.prod(kernel), p)  # im2col
     if group > 1:
         y = np.matmul(wc.reshape(group, mg, -1), cols).reshape(shape)        # (N, G, Mg, P) via BLAS
-        return _to_result(_added(y, b, base), out_dtype)
+        return _to_result(_relu(_added(y, b, base), relu), out_dtype)
     y = _accumulator(shape, ct, b, base, base_owned)
     y2, w2 = y.reshape(n, cout, p), wc.reshape(cout, -1)
     for i in range(n):
         openblas.gemm_into(w2, cols[i, 0], y2[i], accumulate=b is not None or base is not None)
-    return _to_result(y, out_dtype)
+    return _to_result(_relu(y, relu), out_dtype)
+
+
+def _native_conv(x, w, win: Window, bias, base, base_owned: bool, relu: bool) -> np.ndarray:
+    """The float32 2-D one-group conv as one call of the compiled kernels: Winograd where the
+    numpy path takes it (same tiling), else im2col + GEMM, bias, base and ReLU inside."""
+    out, begin = win.out, win.begin
+    if base is not None:
+        base = base.astype(np.float32, copy=False)
+    if winograd.applies(np.float32, w.shape, 1, win.strides, win.dilations, out):
+        tiling = winograd.tiling_for(out)
+        return native.winograd3x3(x, winograd.transformed_weights(w, tiling), tiling.m, begin, out, bias, base, relu)
+    into = base if base_owned and base is not None and base.flags.c_contiguous and base.flags.writeable else None
+    return native.conv_gemm(x, w.astype(np.float32, copy=False), begin, out, win.strides, win.dilations, bias, base,
+                            relu, into)
+
+
+def _relu(y: np.ndarray, relu: bool) -> np.ndarray:
+    """y ReLU'd in place (y is the conv's own output) when asked."""
+    if relu:
+        np.maximum(y, 0, out=y)
+    return y
 
 
 def _added(y: np.ndarray, bias, base) -> np.ndarray:

@@ -100,6 +100,12 @@ def available() -> bool:
     return _sgemm() is not None
 
 
+def sgemm_function():
+    """The ctypes CBLAS sgemm (its argtypes say the integer width), or None: the compiled
+    kernels (ge/ops/native.py) call it through its address."""
+    return _sgemm()
+
+
 def _layout(m: np.ndarray):
     """(transpose flag, leading dimension) of a 2-D float32 operand BLAS can read in place:
     rows or columns of unit stride, the other axis a whole number of elements apart and no

@@ -1,0 +1,493 @@
+/* ge.ops._native: whole float32 conv kernels in one C call -- Winograd F(2x2,3x3) and
+ * F(4x4,3x3) (input transform, one GEMM per transform point, output transform with bias,
+ * residual and ReLU), im2col convs with the same epilogue, and 2-D max pooling.
+ *
+ * Why: the numpy path spends ~28 ms of a ResNet-50 forward outside its GEMMs (Winograd
+ * transforms as whole-array passes, im2col copies, bias/residual/ReLU passes, temporaries);
+ * here each kernel reads its input once and writes its output once.  The GEMMs stay in
+ * numpy's own OpenBLAS: Python hands us its cblas_sgemm address (ge/ops/openblas.py) once,
+ * through set_sgemm.  Optional: if this file does not build, ge/ops/native.py reports it
+ * unavailable and the numpy path runs (ARCHITECTURE.md, "ge/ops/csrc").
+ *
+ * Portability: plain C99 + GCC vector extensions (8 float lanes, lowered to whatever the
+ * target has); the hot loops are cloned for AVX-512 and AVX2 and picked at load time on
+ * x86-64 (target_clones), never -march=native, so no CPU gets an instruction it lacks.
+ *
+ * Safety: every array comes in through the buffer protocol as C-contiguous float32; its
+ * length must equal the size the integer arguments give (the work area: at least), every
+ * dimension must lie in [1, 2^31) (pads in [0, 2^31)) and every size product is checked for
+ * overflow before it is compared with a buffer; reads outside x are zeros, never loads. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && !defined(ATC_NO_CLONES)
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLONES
+#endif
+
+#define LANES 8
+typedef float vf __attribute__((vector_size(LANES * sizeof(float))));
+
+/* -- OpenBLAS's cblas_sgemm, from numpy's own library --------------------------------- */
+
+typedef void (*sgemm32_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
+                           float *, int);
+typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t, const float *,
+                           int64_t, float, float *, int64_t);
+static void *g_sgemm = NULL;
+static int g_ilp64 = 0;
+enum { ROW_MAJOR = 101, NO_TRANS = 111 };
+
+/* bench/bench_simulator.py --split: CPU seconds spent inside sgemm while profiling is on */
+static int g_profile = 0;
+static double g_gemm_seconds = 0.0;
+
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sgemm_call(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                       float beta, float *c, int64_t ldc);
+
+/* C (m x n, row stride ldc) = A (m x k) B (k x n) + beta C, row-major, no transposes. */
+static void sgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                  float beta, float *c, int64_t ldc) {
+    if (!g_profile) {
+        sgemm_call(m, n, k, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    double t0 = cpu_seconds();
+    sgemm_call(m, n, k, a, lda, b, ldb, beta, c, ldc);
+    g_gemm_seconds += cpu_seconds() - t0;
+}
+
+static void sgemm_call(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                       float beta, float *c, int64_t ldc) {
+    if (g_ilp64)
+        ((sgemm64_fn)g_sgemm)(ROW_MAJOR, NO_TRANS, NO_TRANS, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    else
+        ((sgemm32_fn)g_sgemm)(ROW_MAJOR, NO_TRANS, NO_TRANS, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b,
+                              (int)ldb, beta, c, (int)ldc);
+}
+
+static PyObject *set_sgemm(PyObject *self, PyObject *args) {
+    unsigned long long address;
+    int ilp64;
+    if (!PyArg_ParseTuple(args, "Kp", &address, &ilp64))
+        return NULL;
+    g_sgemm = (void *)(uintptr_t)address;
+    g_ilp64 = ilp64;
+    Py_RETURN_NONE;
+}
+
+static PyObject *gemm_profile(PyObject *self, PyObject *args) {
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on))
+        return NULL;
+    g_profile = on;
+    return PyFloat_FromDouble(g_gemm_seconds);
+}
+
+/* -- argument checks ------------------------------------------------------------------- */
+
+#define DIM_MAX ((int64_t)1 << 31)
+
+/* A C-contiguous float32 buffer of exactly `count` elements (at least, if `at_least`). */
+static int get_floats(PyObject *obj, Py_buffer *view, int64_t count, int writable, int at_least, const char *name) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return -1;
+    const char *f = view->format ? view->format : "B";
+    if ((f[0] == '<' || f[0] == '=' || f[0] == '@') && f[1])
+        f++;
+    if (view->itemsize != 4 || strcmp(f, "f") != 0) {
+        PyErr_Format(PyExc_TypeError, "%s must be float32", name);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    int64_t have = (int64_t)(view->len / 4);
+    if (at_least ? have < count : have != count) {
+        PyErr_Format(PyExc_ValueError, "%s holds %lld floats, the shape needs %s%lld", name, (long long)have,
+                     at_least ? "at least " : "", (long long)count);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* An optional operand: None (view->buf stays NULL) or a buffer as get_floats. */
+static int get_optional(PyObject *obj, Py_buffer *view, int64_t count, const char *name) {
+    memset(view, 0, sizeof(*view));
+    if (obj == Py_None)
+        return 0;
+    return get_floats(obj, view, count, 0, 0, name);
+}
+
+static void release(Py_buffer *view) {
+    if (view->obj != NULL)
+        PyBuffer_Release(view);
+}
+
+/* Each value in [lo, 2^31); products of them are formed with safe_mul before any use. */
+static int check_dims(const int64_t *values, const int64_t *lows, int count) {
+    for (int i = 0; i < count; i++)
+        if (values[i] < lows[i] || values[i] >= DIM_MAX) {
+            PyErr_Format(PyExc_ValueError, "argument %d out of range: %lld", i, (long long)values[i]);
+            return -1;
+        }
+    return 0;
+}
+
+static int need_sgemm(void) {
+    if (g_sgemm == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "set_sgemm was not called");
+        return -1;
+    }
+    return 0;
+}
+
+/* a * b, or INT64_MAX when it overflows: no buffer holds that many floats, so the size
+ * check that follows fails instead of comparing a wrapped product */
+static int64_t safe_mul(int64_t a, int64_t b) {
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
+        return INT64_MAX;
+    return r;
+}
+
+static int64_t safe_mul3(int64_t a, int64_t b, int64_t c) { return safe_mul(safe_mul(a, b), c); }
+
+static int64_t safe_mul4(int64_t a, int64_t b, int64_t c, int64_t d) { return safe_mul(safe_mul(a, b), safe_mul(c, d)); }
+
+/* -- Winograd transforms, 8 tiles of one tile row at a time ------------------------------ */
+
+/* 1-D input transforms B^T d of 4 (F2) or 6 (F4) lanes-vectors, stride s between them. */
+static inline void bt_f2(vf *d, int s) {
+    vf d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s];
+    d[0] = d0 - d2;
+    d[s] = d1 + d2;
+    d[2 * s] = d2 - d1;
+    d[3 * s] = d1 - d3;
+}
+
+static inline void bt_f4(vf *d, int s) {
+    vf d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], d5 = d[5 * s];
+    vf p = (d3 + d4) - 4.0f * (d1 + d2), q = (d4 - d3) + 4.0f * (d1 - d2);
+    vf r = d4 - d2, t = 2.0f * (d3 - d1);
+    d[0] = 4.0f * d0 - 5.0f * d2 + d4;
+    d[s] = p;
+    d[2 * s] = q;
+    d[3 * s] = r + t;
+    d[4 * s] = r - t;
+    d[5 * s] = 4.0f * d1 - 5.0f * d3 + d5;
+}
+
+/* Output transforms A^T m: 4 -> 2 (F2), 6 -> 4 (F4), from stride s to stride o. */
+static inline void at_f2(const vf *m, int s, vf *out, int o) {
+    vf m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s];
+    out[0] = m0 + m1 + m2;
+    out[o] = m1 - m2 - m3;
+}
+
+static inline void at_f4(const vf *m, int s, vf *out, int o) {
+    vf m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s], m4 = m[4 * s], m5 = m[5 * s];
+    vf sa = m1 + m2, da = m1 - m2, sb = m3 + m4, db = m3 - m4;
+    out[0] = m0 + sa + sb;
+    out[o] = da + 2.0f * db;
+    out[2 * o] = sa + 4.0f * sb;
+    out[3 * o] = da + 8.0f * db + m5;
+}
+
+typedef struct {
+    int64_t n, c, h, w, cout, oh, ow, pt, pl, m, th, tw, tiles;
+} WinoGeom;
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* A block: up to LANES tiles side by side in one row of tiles (image nb, tile row ty, tile
+ * columns tx0 ..); tiles are numbered t = (nb * th + ty) * tw + tx, the GEMMs' column. */
+
+/* V[p][ci][t] (p < a*a) = (B^T d B)[p] of input tile t of channel ci, zero outside x. */
+INLINE void wino_input_m(const WinoGeom *g, const float *x, float *v, const int m) {
+    const int a = m + 2, aa = a * a;
+    const int64_t T = g->tiles, hw = g->h * g->w;
+    vf d[36];
+    for (int64_t nb = 0; nb < g->n; nb++)
+        for (int64_t ty = 0; ty < g->th; ty++)
+            for (int64_t tx0 = 0; tx0 < g->tw; tx0 += LANES) {
+                const int lanes = (int)(g->tw - tx0 < LANES ? g->tw - tx0 : LANES);
+                const int64_t iy0 = ty * m - g->pt, ix0 = tx0 * m - g->pl, t0 = (nb * g->th + ty) * g->tw + tx0;
+                const int interior = iy0 >= 0 && ix0 >= 0 && iy0 + a <= g->h && ix0 + (lanes - 1) * m + a <= g->w;
+                const float *img = x + nb * g->c * hw;
+                for (int64_t ci = 0; ci < g->c; ci++) {
+                    const float *plane = img + ci * hw;
+                    if (interior) {
+                        const float *src = plane + iy0 * g->w + ix0;
+                        for (int i = 0; i < a; i++)
+                            for (int j = 0; j < a; j++)
+                                for (int l = 0; l < LANES; l++)
+                                    d[i * a + j][l] = l < lanes ? src[i * g->w + l * m + j] : 0.0f;
+                    } else {
+                        for (int i = 0; i < a; i++) {
+                            const int64_t yy = iy0 + i;
+                            const int row_in = yy >= 0 && yy < g->h;
+                            for (int j = 0; j < a; j++)
+                                for (int l = 0; l < LANES; l++) {
+                                    const int64_t xx = ix0 + l * m + j;
+                                    d[i * a + j][l] = (row_in && l < lanes && xx >= 0 && xx < g->w)
+                                                          ? plane[yy * g->w + xx] : 0.0f;
+                                }
+                        }
+                    }
+                    for (int j = 0; j < a; j++) {              /* B^T d: down each column */
+                        if (m == 2) bt_f2(d + j, a); else bt_f4(d + j, a);
+                    }
+                    for (int i = 0; i < a; i++) {              /* (B^T d) B: along each row */
+                        if (m == 2) bt_f2(d + i * a, 1); else bt_f4(d + i * a, 1);
+                    }
+                    float *dst = v + ci * T + t0;
+                    for (int p = 0; p < aa; p++)
+                        for (int l = 0; l < lanes; l++)
+                            dst[p * g->c * T + l] = d[p][l];
+                }
+            }
+}
+
+/* y = A^T M A (+ bias) (+ base), ReLU'd if relu, cropped to (oh, ow). */
+INLINE void wino_output_m(const WinoGeom *g, const float *mm, const float *bias, const float *base, int relu,
+                          float *y, const int m) {
+    const int a = m + 2, aa = a * a;
+    const int64_t T = g->tiles;
+    vf s[36], r[24], o[16];
+    for (int64_t nb = 0; nb < g->n; nb++)
+        for (int64_t co = 0; co < g->cout; co++) {
+            const float b = bias ? bias[co] : 0.0f;
+            const int64_t plane = (nb * g->cout + co) * g->oh * g->ow;
+            for (int64_t ty = 0; ty < g->th; ty++) {
+                const int64_t oy0 = ty * m, rows = g->oh - oy0 < m ? g->oh - oy0 : m;
+                for (int64_t tx0 = 0; tx0 < g->tw; tx0 += LANES) {
+                    const int lanes = (int)(g->tw - tx0 < LANES ? g->tw - tx0 : LANES);
+                    const float *src = mm + co * T + (nb * g->th + ty) * g->tw + tx0;
+                    for (int p = 0; p < aa; p++)
+                        for (int l = 0; l < LANES; l++)
+                            s[p][l] = l < lanes ? src[p * g->cout * T + l] : 0.0f;
+                    for (int j = 0; j < a; j++) {          /* A^T M: down each column -> r (m x a) */
+                        if (m == 2) at_f2(s + j, a, r + j, a); else at_f4(s + j, a, r + j, a);
+                    }
+                    for (int i = 0; i < m; i++) {          /* (A^T M) A: along each row -> o (m x m) */
+                        if (m == 2) at_f2(r + i * a, 1, o + i * m, 1); else at_f4(r + i * a, 1, o + i * m, 1);
+                    }
+                    const int64_t ox0 = tx0 * m, cols = g->ow - ox0 < (int64_t)lanes * m ? g->ow - ox0
+                                                                                          : (int64_t)lanes * m;
+                    for (int i = 0; i < rows; i++) {
+                        const int64_t at = plane + (oy0 + i) * g->ow + ox0;
+                        float row[LANES * 4];
+                        for (int l = 0; l < LANES; l++)
+                            for (int j = 0; j < m; j++)
+                                row[l * m + j] = o[i * m + j][l] + b;
+                        if (base)
+                            for (int64_t k = 0; k < cols; k++) row[k] += base[at + k];
+                        if (relu)
+                            for (int64_t k = 0; k < cols; k++) row[k] = row[k] < 0.0f ? 0.0f : row[k];  /* NaN stays */
+                        memcpy(y + at, row, cols * sizeof(float));
+                    }
+                }
+            }
+        }
+}
+
+CLONES static void wino_input2(const WinoGeom *g, const float *x, float *v) { wino_input_m(g, x, v, 2); }
+CLONES static void wino_input4(const WinoGeom *g, const float *x, float *v) { wino_input_m(g, x, v, 4); }
+CLONES static void wino_output2(const WinoGeom *g, const float *mm, const float *bias, const float *base, int relu,
+                                float *y) { wino_output_m(g, mm, bias, base, relu, y, 2); }
+CLONES static void wino_output4(const WinoGeom *g, const float *mm, const float *bias, const float *base, int relu,
+                                float *y) { wino_output_m(g, mm, bias, base, relu, y, 4); }
+
+static PyObject *winograd3x3(PyObject *self, PyObject *args) {
+    PyObject *xo, *uo, *biaso, *baseo, *yo, *worko;
+    long long n, c, h, w, cout, m, pt, pl, oh, ow;
+    int relu;
+    if (!PyArg_ParseTuple(args, "OLLLLOLLLLLLOOpOO", &xo, &n, &c, &h, &w, &uo, &cout, &m, &pt, &pl, &oh, &ow, &biaso,
+                          &baseo, &relu, &yo, &worko))
+        return NULL;
+    if (m != 2 && m != 4) {
+        PyErr_SetString(PyExc_ValueError, "m must be 2 or 4");
+        return NULL;
+    }
+    int64_t vals[] = {n, c, h, w, cout, pt, pl, oh, ow}, lows[] = {1, 1, 1, 1, 1, 0, 0, 1, 1};
+    if (check_dims(vals, lows, 9) < 0 || need_sgemm() < 0)
+        return NULL;
+    WinoGeom g = {n, c, h, w, cout, oh, ow, pt, pl, m, (oh + m - 1) / m, (ow + m - 1) / m, 0};
+    g.tiles = safe_mul3(n, g.th, g.tw);
+    const int64_t aa = (m + 2) * (m + 2);
+    if (g.tiles >= DIM_MAX || safe_mul3(aa, cout, c) >= DIM_MAX || safe_mul3(aa, c, g.tiles) >= INT64_MAX / 4
+        || safe_mul3(aa, cout, g.tiles) >= INT64_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "conv too large");
+        return NULL;
+    }
+    Py_buffer x, u, bias, base, y, work;
+    memset(&u, 0, sizeof u); memset(&bias, 0, sizeof bias); memset(&base, 0, sizeof base);
+    memset(&y, 0, sizeof y); memset(&work, 0, sizeof work);
+    PyObject *result = NULL;
+    int64_t vsize = safe_mul3(aa, c, g.tiles), msize = safe_mul3(aa, cout, g.tiles);
+    if (get_floats(xo, &x, safe_mul4(n, c, h, w), 0, 0, "x") < 0)
+        return NULL;
+    if (get_floats(uo, &u, aa * cout * c, 0, 0, "u") < 0 || get_optional(biaso, &bias, cout, "bias") < 0
+        || get_optional(baseo, &base, safe_mul4(n, cout, oh, ow), "base") < 0
+        || get_floats(yo, &y, safe_mul4(n, cout, oh, ow), 1, 0, "y") < 0
+        || get_floats(worko, &work, vsize + msize, 1, 1, "work") < 0)
+        goto done;
+    {
+        float *v = (float *)work.buf, *mm = v + vsize;
+        const float *ub = (const float *)u.buf;
+        Py_BEGIN_ALLOW_THREADS
+        if (m == 2) wino_input2(&g, (const float *)x.buf, v); else wino_input4(&g, (const float *)x.buf, v);
+        for (int64_t p = 0; p < aa; p++)
+            sgemm(cout, g.tiles, c, ub + p * cout * c, c, v + p * c * g.tiles, g.tiles, 0.0f, mm + p * cout * g.tiles,
+                  g.tiles);
+        if (m == 2)
+            wino_output2(&g, mm, (const float *)bias.buf, (const float *)base.buf, relu, (float *)y.buf);
+        else
+            wino_output4(&g, mm, (const float *)bias.buf, (const float *)base.buf, relu, (float *)y.buf);
+        Py_END_ALLOW_THREADS
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    release(&x); release(&u); release(&bias); release(&base); release(&y); release(&work);
+    return result;
+}
+
+/* -- im2col convs ------------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t c, h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
+} ColGeom;
+
+/* cols[(ci, ki, kj)][oy * ow + ox] = x[ci][oy*sh - pt + ki*dh][ox*sw - pl + kj*dw], 0 outside. */
+CLONES static void im2col(const ColGeom *g, const float *x, float *cols) {
+    const int64_t p = g->oh * g->ow;
+    for (int64_t ci = 0; ci < g->c; ci++)
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                float *row = cols + ((ci * g->kh + ki) * g->kw + kj) * p;
+                const float *plane = x + ci * g->h * g->w;
+                /* the output columns whose input column is inside: ox in [lo, hi) */
+                int64_t off = kj * g->dw - g->pl, lo = 0, hi = g->ow;
+                while (lo < g->ow && lo * g->sw + off < 0) lo++;
+                while (hi > lo && (hi - 1) * g->sw + off >= g->w) hi--;
+                for (int64_t oy = 0; oy < g->oh; oy++) {
+                    float *dst = row + oy * g->ow;
+                    int64_t iy = oy * g->sh - g->pt + ki * g->dh;
+                    if (iy < 0 || iy >= g->h) {
+                        memset(dst, 0, g->ow * sizeof(float));
+                        continue;
+                    }
+                    const float *src = plane + iy * g->w + off;
+                    for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0.0f;
+                    if (g->sw == 1)
+                        memcpy(dst + lo, src + lo, (hi - lo) * sizeof(float));
+                    else if (g->sw == 2)
+                        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[2 * ox];
+                    else
+                        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * g->sw];
+                    for (int64_t ox = hi; ox < g->ow; ox++) dst[ox] = 0.0f;
+                }
+            }
+}
+
+/* y[co][:] = base[co][:] + bias[co] (either may be absent; returns whether y holds anything). */
+CLONES static int prefill(float *y, int64_t cout, int64_t p, const float *bias, const float *base) {
+    if (!bias && !base)
+        return 0;
+    for (int64_t co = 0; co < cout; co++) {
+        float b = bias ? bias[co] : 0.0f, *dst = y + co * p;
+        const float *src = base ? base + co * p : NULL;
+        if (src)
+            for (int64_t i = 0; i < p; i++) dst[i] = src[i] + b;
+        else
+            for (int64_t i = 0; i < p; i++) dst[i] = b;
+    }
+    return 1;
+}
+
+CLONES static void relu_inplace(float *y, int64_t count) {
+    for (int64_t i = 0; i < count; i++)
+        y[i] = y[i] < 0.0f ? 0.0f : y[i];      /* NaN stays NaN, as np.maximum(y, 0) */
+}
+
+static PyObject *conv_gemm(PyObject *self, PyObject *args) {
+    PyObject *xo, *wo, *biaso, *baseo, *yo, *worko;
+    long long n, c, h, w, cout, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
+    int relu;
+    if (!PyArg_ParseTuple(args, "OLLLLOLLLLLLLLLLLOOpOO", &xo, &n, &c, &h, &w, &wo, &cout, &kh, &kw, &sh, &sw, &dh,
+                          &dw, &pt, &pl, &oh, &ow, &biaso, &baseo, &relu, &yo, &worko))
+        return NULL;
+    int64_t vals[] = {n, c, h, w, cout, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow};
+    int64_t lows[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1};
+    if (check_dims(vals, lows, 15) < 0 || need_sgemm() < 0)
+        return NULL;
+    const int64_t k = safe_mul3(c, kh, kw), p = safe_mul(oh, ow);
+    if (k >= DIM_MAX || p >= DIM_MAX || safe_mul(k, p) >= INT64_MAX / 4 || safe_mul(cout, k) >= INT64_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "conv too large");
+        return NULL;
+    }
+    /* a 1x1 stride-1 unpadded conv reads x as its GEMM operand in place */
+    const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w;
+    Py_buffer x, wt, bias, base, y, work;
+    memset(&wt, 0, sizeof wt); memset(&bias, 0, sizeof bias); memset(&base, 0, sizeof base);
+    memset(&y, 0, sizeof y); memset(&work, 0, sizeof work);
+    PyObject *result = NULL;
+    if (get_floats(xo, &x, safe_mul4(n, c, h, w), 0, 0, "x") < 0)
+        return NULL;
+    if (get_floats(wo, &wt, safe_mul(cout, k), 0, 0, "w") < 0 || get_optional(biaso, &bias, cout, "bias") < 0
+        || get_optional(baseo, &base, safe_mul3(n, cout, p), "base") < 0
+        || get_floats(yo, &y, safe_mul3(n, cout, p), 1, 0, "y") < 0
+        || get_floats(worko, &work, direct ? 0 : safe_mul(k, p), 1, 1, "work") < 0)
+        goto done;
+    {
+        ColGeom g = {c, h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow};
+        const float *xb = (const float *)x.buf, *bb = (const float *)base.buf;
+        float *yb = (float *)y.buf, *cols = (float *)work.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t i = 0; i < n; i++) {
+            const float *xi = xb + i * c * h * w;
+            float *yi = yb + i * cout * p;
+            if (!direct)
+                im2col(&g, xi, cols);
+            int acc = prefill(yi, cout, p, (const float *)bias.buf, bb ? bb + i * cout * p : NULL);
+            sgemm(cout, p, k, (const float *)wt.buf, k, direct ? xi : cols, p, acc ? 1.0f : 0.0f, yi, p);
+            if (relu)
+                relu_inplace(yi, cout * p);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    release(&x); release(&wt); release(&bias); release(&base); release(&y); release(&work);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"set_sgemm", set_sgemm, METH_VARARGS, "set_sgemm(address, ilp64): the cblas_sgemm every kernel calls."},
+    {"gemm_profile", gemm_profile, METH_VARARGS,
+     "gemm_profile(on) -> CPU seconds spent in sgemm so far while profiling was on; switches it."},
+    {"winograd3x3", winograd3x3, METH_VARARGS,
+     "winograd3x3(x, n, c, h, w, u, cout, m, pad_top, pad_left, oh, ow, bias, base, relu, y, work)"},
+    {"conv_gemm", conv_gemm, METH_VARARGS,
+     "conv_gemm(x, n, c, h, w, wmat, cout, kh, kw, sh, sw, dh, dw, pad_top, pad_left, oh, ow, bias, base, relu, y, "
+     "work)"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "atc_py's compiled conv kernels.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

@@ -1,0 +1,124 @@
+"""The compiled conv kernels (ge/ops/csrc/conv.c, built as the optional extension
+ge.ops._native), as the numpy-facing functions ge/ops/nn.py calls.
+
+Why: a whole conv -- Winograd transforms or im2col, its OpenBLAS GEMMs, bias, residual and
+ReLU -- in one C call, without the numpy passes and temporaries that cost ~28 ms of a
+ResNet-50 forward (bench/RESULTS.md).  The GEMMs are numpy's own OpenBLAS sgemm
+(ge/ops/openblas.py), whose address the extension receives once.
+
+Fallback: `enabled()` is False when the extension did not build or import, when OpenBLAS's
+sgemm cannot be reached, or when ATC_PY_NATIVE=0 is set (read at import; tests flip
+`force_numpy` instead) -- then every caller takes its numpy path, which stays the reference
+the C path is tested against (tests/test_native_conv.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+
+import numpy as np
+
+from ge.ops import openblas
+
+try:
+    from ge.ops import _native
+except ImportError:          # not built (no compiler, no Python.h): the numpy path runs
+    _native = None
+
+force_numpy = os.environ.get("ATC_PY_NATIVE", "1").strip() == "0"
+_ready = None
+_local = threading.local()
+
+
+def built() -> bool:
+    """Whether the extension module imported (whatever the switch says)."""
+    return _native is not None
+
+
+def enabled() -> bool:
+    """Whether conv kernels take the C path now."""
+    global _ready
+    if force_numpy or _native is None:
+        return False
+    if _ready is None:
+        fn = openblas.sgemm_function()
+        if fn is None:
+            _ready = False
+        else:
+            ilp64 = fn.argtypes[3] is ctypes.c_int64
+            _native.set_sgemm(ctypes.cast(fn, ctypes.c_void_p).value, ilp64)
+            _ready = True
+    return _ready
+
+
+@contextlib.contextmanager
+def numpy_only():
+    """Run the block on the numpy path (tests compare both paths on one input)."""
+    global force_numpy
+    saved, force_numpy = force_numpy, True
+    try:
+        yield
+    finally:
+        force_numpy = saved
+
+
+def gemm_cpu_seconds(profile: bool) -> float:
+    """CPU seconds the compiled kernels have spent inside OpenBLAS's sgemm while profiling was
+    on, and switch profiling (bench/bench_simulator.py --split); 0 without the extension."""
+    return _native.gemm_profile(profile) if _native is not None else 0.0
+
+
+def _work(count: int) -> np.ndarray:
+    """A float32 work area of at least `count` elements, kept per thread and grown as needed,
+    so a forward's kernels reuse memory that is already mapped (no page faults after the first)."""
+    buf = getattr(_local, "work", None)
+    if buf is None or buf.size < count:
+        buf = np.empty(max(count, 1), np.float32)
+        _local.work = buf
+    return buf
+
+
+def _floats(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _optional(a):
+    return None if a is None else _floats(a)
+
+
+def winograd3x3(x: np.ndarray, u: np.ndarray, m: int, begin, out, bias=None, base=None,
+                relu: bool = False) -> np.ndarray:
+    """conv(x, w) (+ bias) (+ base), ReLU'd if `relu`, by Winograd F(m x m, 3x3), stride 1,
+    x padded by `begin` before (zeros after as `out` needs); `u` is w's transformed weights
+    (a*a, C_out, C) (ge/ops/winograd.py).  float32 in and out."""
+    x = _floats(x)
+    n, c, h, w = x.shape
+    cout = u.shape[1]
+    th, tw = -(-out[0] // m), -(-out[1] // m)
+    tiles = n * th * tw
+    y = np.empty((n, cout, out[0], out[1]), np.float32)
+    work = _work((m + 2) ** 2 * (c + cout) * tiles)
+    _native.winograd3x3(x, n, c, h, w, _floats(u), cout, m, int(begin[0]), int(begin[1]), int(out[0]), int(out[1]),
+                        _optional(bias), _optional(base), relu, y, work)
+    return y
+
+
+def conv_gemm(x: np.ndarray, w: np.ndarray, begin, out, strides, dilations, bias=None, base=None,
+              relu: bool = False, y: np.ndarray = None) -> np.ndarray:
+    """A one-group 2-D conv (+ bias) (+ base), ReLU'd if `relu`: im2col into a per-thread
+    work area (none for a 1x1 stride-1 unpadded conv), OpenBLAS's GEMM accumulating onto the
+    bias and base.  `y`: where to write (may be `base` itself), else a new array."""
+    x = _floats(x)
+    n, c, h, wd = x.shape
+    cout, _, kh, kw = w.shape
+    shape = (n, cout, int(out[0]), int(out[1]))
+    if y is None:
+        y = np.empty(shape, np.float32)
+    direct = kh == kw == 1 and tuple(strides) == (1, 1) and not any(begin) and shape[2:] == (h, wd)
+    work = _work(0 if direct else c * kh * kw * shape[2] * shape[3])
+    _native.conv_gemm(x, n, c, h, wd, _floats(w), cout, kh, kw, int(strides[0]), int(strides[1]), int(dilations[0]),
+                      int(dilations[1]), int(begin[0]), int(begin[1]), shape[2], shape[3], _optional(bias),
+                      _optional(base), relu, y, work)
+    return y

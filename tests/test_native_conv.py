@@ -1,0 +1,230 @@
+"""ge/ops/native.py: the compiled conv kernels (ge/ops/csrc/conv.c) equal the numpy path on
+every shape, stride, padding and epilogue they take, fused kernels built on them still match
+onnxruntime on the unfused graph, the numpy fallback still runs, and a machine that can
+build the extension has it built (CI cannot silently fall back)."""
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import numpy as np
+import pytest
+
+from ge.ops import native, nn, winograd
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RNG = np.random.default_rng(14)
+needs_native = pytest.mark.skipif(not native.enabled(), reason="compiled conv kernels not built")
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _can_build() -> bool:
+    include = sysconfig.get_paths().get("include") or ""
+    return shutil.which(os.environ.get("CC", "gcc")) is not None and os.path.exists(os.path.join(include, "Python.h"))
+
+
+def test_the_extension_is_built_wherever_it_can_be():
+    """gcc and Python.h here: `pip install -e .` must have built ge.ops._native; a silent
+    fallback would leave the C path untested and the simulator slow."""
+    if not _can_build():
+        pytest.skip("no C compiler or Python.h: the numpy path is the one that runs")
+    assert native.built(), "ge.ops._native did not build: run `pip install -e .` and read its compiler output"
+    assert native.enabled() or native.force_numpy
+
+
+def test_atc_py_native_0_forces_the_numpy_path():
+    code = "from ge.ops import native; print(native.enabled())"
+    env = {**os.environ, "ATC_PY_NATIVE": "0"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def _both(fn):
+    """fn() on the C path and on the numpy path."""
+    got = fn()
+    with native.numpy_only():
+        assert not native.enabled()
+        ref = fn()
+    return got, ref
+
+
+def _close(got, ref, tol):
+    scale = max(1.0, float(np.abs(ref).max()))
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    assert np.isfinite(got).all()
+    assert float(np.abs(got - ref).max()) <= tol * scale, float(np.abs(got - ref).max()) / scale
+
+
+# (x shape, w shape, attrs): Winograd F2 and F4 with edge tiles (maps not a multiple of the
+# tile), asymmetric and zero pads, batches; im2col with strides, dilations, odd kernels;
+# 1x1 direct and strided
+SHAPES = [
+    ((1, 4, 14, 13), (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}),                      # F2, odd width
+    ((2, 5, 9, 7), (3, 5, 3, 3), {"pads": [1, 0, 2, 1]}),                        # F2, asymmetric pads
+    ((1, 8, 30, 29), (7, 8, 3, 3), {"pads": [1, 1, 1, 1]}),                      # F4, edge tiles
+    ((2, 3, 26, 27), (5, 3, 3, 3), {"pads": [0, 2, 1, 0]}),                      # F4, batch 2
+    ((1, 3, 66, 19), (4, 3, 3, 3), {}),                                          # F4, no pads, 9 lanes + 8
+    ((1, 6, 9, 9), (8, 6, 1, 1), {}),                                            # 1x1 direct
+    ((2, 6, 9, 11), (8, 6, 1, 1), {"strides": [2, 2]}),                          # 1x1 strided
+    ((1, 6, 8, 8), (4, 6, 1, 1), {"pads": [1, 0, 0, 1]}),                        # 1x1 padded
+    ((1, 3, 23, 21), (5, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),   # a stem
+    ((1, 5, 9, 10), (4, 5, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),
+    ((2, 4, 11, 12), (3, 4, 3, 2), {"strides": [3, 1], "dilations": [2, 3], "pads": [2, 1, 0, 3]}),
+    ((1, 2, 5, 5), (3, 2, 3, 3), {"pads": [4, 4, 4, 4]}),                        # pads wider than the kernel
+    ((1, 4, 7, 7), (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}),                        # too few tiles: im2col
+]
+
+
+def _tolerance(xs, ws, attrs) -> float:
+    out = nn.conv_output_shape(xs, ws, attrs)[2:]
+    window = nn._window_geometry(xs[2:], list(ws[2:]), attrs)
+    if winograd.applies(np.float32, ws, 1, window.strides, window.dilations, out):
+        return 2e-5 if winograd.tiling_for(out).m == 4 else 2e-6    # F4 rounds ~15x worse (ge/ops/winograd.py)
+    return 2e-6
+
+
+@needs_native
+@pytest.mark.parametrize("xs,ws,attrs", SHAPES)
+@pytest.mark.parametrize("bias,base,relu", [(False, False, False), (True, False, True), (True, True, True),
+                                            (False, True, False)])
+def test_c_path_equals_numpy_path(xs, ws, attrs, bias, base, relu):
+    x, w = rand(*xs), rand(*ws)
+    b = rand(ws[0]) if bias else None
+    shape = nn.conv_output_shape(xs, ws, attrs)
+    r = rand(*shape) if base else None
+    got, ref = _both(lambda: nn.conv_forward(x, w, attrs, b, r, relu=relu))
+    _close(got, ref, _tolerance(xs, ws, attrs))
+    if relu:
+        assert (got >= 0).all()
+
+
+@needs_native
+@pytest.mark.parametrize("xs,ws,attrs", [SHAPES[0], SHAPES[2], SHAPES[6], SHAPES[8]])
+def test_an_owned_base_may_become_the_output_one_not_owned_is_never_written(xs, ws, attrs):
+    x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+    base = rand(*nn.conv_output_shape(xs, ws, attrs))
+    kept = base.copy()
+    got = nn.conv_forward(x, w, attrs, b, base)
+    np.testing.assert_array_equal(base, kept)
+    owned = nn.conv_forward(x, w, attrs, b, base.copy(), base_owned=True)
+    np.testing.assert_array_equal(owned, got)
+    with native.numpy_only():
+        ref = nn.conv_forward(x, w, attrs, b, kept)
+    _close(got, ref, _tolerance(xs, ws, attrs))
+
+
+@needs_native
+def test_random_convs_c_equals_numpy():
+    """Random geometry: kernel 1-5, strides 1-3, dilations 1-2, pads 0-3 per side, batch 1-2."""
+    rng = np.random.default_rng(140)
+    for _ in range(40):
+        kh, kw = rng.integers(1, 6, 2)
+        sh, sw, dh, dw = (int(v) for v in rng.integers(1, 4, 2).tolist() + rng.integers(1, 3, 2).tolist())
+        pads = [int(v) for v in rng.integers(0, 4, 4)]
+        h, w = int(rng.integers((kh - 1) * dh + 1, 20)), int(rng.integers((kw - 1) * dw + 1, 20))
+        n, c, cout = int(rng.integers(1, 3)), int(rng.integers(1, 6)), int(rng.integers(1, 7))
+        attrs = {"strides": [sh, sw], "dilations": [dh, dw], "pads": pads}
+        xs, ws = (n, c, h, w), (cout, c, int(kh), int(kw))
+        x, wt, b = rand(*xs), rand(*ws), rand(cout)
+        base = rand(*nn.conv_output_shape(xs, ws, attrs))
+        got, ref = _both(lambda: nn.conv_forward(x, wt, attrs, b, base, relu=True))
+        _close(got, ref, _tolerance(xs, ws, attrs))
+
+
+@needs_native
+def test_float16_data_still_rounds_once():
+    """The C path computes in float32 and the result is rounded to float16 once, as the numpy path."""
+    x, w, b = rand(1, 4, 14, 14).astype(np.float16), rand(5, 4, 3, 3).astype(np.float16), rand(5).astype(np.float16)
+    got, ref = _both(lambda: nn.conv_forward(x, w, {"pads": [1, 1, 1, 1]}, b, relu=True))
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), rtol=1e-3, atol=1e-3)
+
+
+@needs_native
+def test_the_kernels_check_what_python_hands_them():
+    """Sizes that disagree with the buffers, a wrong dtype, a read-only output: an error, never
+    a read or write out of bounds."""
+    from ge.ops import _native
+
+    x, w, y = rand(1, 2, 5, 5), rand(3, 2, 3, 3), np.empty((1, 3, 3, 3), np.float32)
+    work = np.empty(1000, np.float32)
+    args = [x, 1, 2, 5, 5, w, 3, 3, 3, 1, 1, 1, 1, 0, 0, 3, 3, None, None, False, y, work]
+    _native.conv_gemm(*args)
+    np.testing.assert_allclose(y, nn.conv_compute([x, w], {})[0], rtol=1e-5, atol=1e-5)
+    for index, bad, error in [(1, 2, ValueError),              # n says two images, x holds one
+                              (4, 6, ValueError),              # wider than x
+                              (0, x.astype(np.float64), TypeError),
+                              (5, w[:2], ValueError),
+                              (20, np.empty((1, 3, 3, 2), np.float32), ValueError),
+                              (20, np.empty(27, np.float32)[::-1], ValueError),      # not contiguous
+                              (21, np.empty(5, np.float32), ValueError),              # work too small
+                              (15, -1, ValueError),            # a negative pad
+                              (7, 0, ValueError),              # a zero kernel
+                              (2, 2 ** 31, ValueError),        # beyond 2^31: refused before any product
+                              (1, 2 ** 62, ValueError),
+                              (1, 2 ** 64, OverflowError)]:    # not even a C long long
+        bad_args = list(args)
+        bad_args[index] = bad
+        with pytest.raises(error):
+            _native.conv_gemm(*bad_args)
+    read_only = np.empty((1, 3, 3, 3), np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError):
+        _native.conv_gemm(*(args[:20] + [read_only, work]))
+    u = winograd.transformed_weights(w, winograd.F2)
+    with pytest.raises(ValueError):
+        _native.winograd3x3(x, 1, 2, 5, 5, u, 3, 3, 1, 1, 5, 5, None, None, False, np.empty((1, 3, 5, 5), np.float32),
+                            work)           # m must be 2 or 4
+    with pytest.raises(ValueError):
+        _native.winograd3x3(x, 1, 2, 5, 5, u[:8], 3, 2, 1, 1, 5, 5, None, None, False,
+                            np.empty((1, 3, 5, 5), np.float32), work)
+
+
+# -- fused kernels on both paths against onnxruntime on the unfused graph -----------------
+
+def _fusion_tests():
+    import test_fusion_conv as fusion      # tests/ is on the path (conftest.py)
+
+    return fusion
+
+
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+@pytest.mark.parametrize("name", ["conv_bn_relu", "conv_bn_add_relu", "conv_bn_add_broadcast", "conv_leaky"])
+def test_conv_blocks_match_onnxruntime_on_both_paths(name, path):
+    if path == "compiled" and not native.enabled():
+        pytest.skip("compiled conv kernels not built")
+    fusion = _fusion_tests()
+    if path == "numpy":
+        with native.numpy_only():
+            fusion.test_conv_variant_fuses_and_matches_ort(name)
+    else:
+        fusion.test_conv_variant_fuses_and_matches_ort(name)
+
+
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+@pytest.mark.parametrize("name", ["torchscript_bn_kept", "no_activation"])
+def test_residual_conv_blocks_match_onnxruntime_on_both_paths(name, path):
+    if path == "compiled" and not native.enabled():
+        pytest.skip("compiled conv kernels not built")
+    fusion = _fusion_tests()
+    if path == "numpy":
+        with native.numpy_only():
+            fusion.test_residual_conv_fuses_both_convs_and_matches_ort(name)
+    else:
+        fusion.test_residual_conv_fuses_both_convs_and_matches_ort(name)
+
+
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+def test_resnet50_small_matches_onnxruntime_on_both_paths(path):
+    if path == "compiled" and not native.enabled():
+        pytest.skip("compiled conv kernels not built")
+    fusion = _fusion_tests()
+    if path == "numpy":
+        with native.numpy_only():
+            fusion.test_resnet50_small_every_conv_fused()
+    else:
+        fusion.test_resnet50_small_every_conv_fused()
