@@ -228,3 +228,23 @@ def test_resnet50_small_matches_onnxruntime_on_both_paths(path):
             fusion.test_resnet50_small_every_conv_fused()
     else:
         fusion.test_resnet50_small_every_conv_fused()
+
+
+@needs_native
+def test_max_pool_c_equals_numpy_with_nans_pads_and_ceil_mode():
+    """Window geometry at random (kernel 1-4, strides 1-3, dilations 1-2, pads < kernel,
+    ceil_mode) on data with NaNs and -inf: the same bits on both paths."""
+    rng = np.random.default_rng(141)
+    for i in range(60):
+        kh, kw = (int(v) for v in rng.integers(1, 5, 2))
+        attrs = {"kernel_shape": [kh, kw], "strides": [int(v) for v in rng.integers(1, 4, 2)],
+                 "dilations": [int(v) for v in rng.integers(1, 3, 2)], "ceil_mode": int(i % 2),
+                 "pads": [int(rng.integers(0, kh)), int(rng.integers(0, kw)), int(rng.integers(0, kh)),
+                          int(rng.integers(0, kw))], "_outputs": 1}
+        span = [(k - 1) * d + 1 for k, d in zip(attrs["kernel_shape"], attrs["dilations"])]
+        x = rand(int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(span[0], 16)),
+                 int(rng.integers(span[1], 16)))
+        x[rng.random(x.shape) < 0.1] = np.nan
+        x[rng.random(x.shape) < 0.05] = -np.inf
+        got, ref = _both(lambda: nn.max_pool_compute([x], attrs)[0])
+        np.testing.assert_array_equal(got, ref, err_msg=str(attrs))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import os
 import threading
 
@@ -22,8 +23,8 @@ import numpy as np
 
 from ge.ops import openblas
 
-try:
-    from ge.ops import _native
+try:       # the compiled module by its full name: it imports nothing (not the ge.ops package)
+    _native = importlib.import_module("ge.ops._native")
 except ImportError:          # not built (no compiler, no Python.h): the numpy path runs
     _native = None
 
@@ -121,4 +122,16 @@ def conv_gemm(x: np.ndarray, w: np.ndarray, begin, out, strides, dilations, bias
     _native.conv_gemm(x, n, c, h, wd, _floats(w), cout, kh, kw, int(strides[0]), int(strides[1]), int(dilations[0]),
                       int(dilations[1]), int(begin[0]), int(begin[1]), shape[2], shape[3], _optional(bias),
                       _optional(base), relu, y, work)
+    return y
+
+
+def max_pool2d(x: np.ndarray, kernel, begin, out, strides, dilations) -> np.ndarray:
+    """MaxPool of float32 NCHW data without Indices, every window's taps in order (NaN and
+    padding as ge/ops/nn.py's tap loop has them); windows reaching past x (pads after,
+    ceil_mode) read -inf there."""
+    x = _floats(x)
+    n, c, h, w = x.shape
+    y = np.empty((n, c, int(out[0]), int(out[1])), np.float32)
+    _native.max_pool2d(x, n * c, h, w, int(kernel[0]), int(kernel[1]), int(strides[0]), int(strides[1]),
+                       int(dilations[0]), int(dilations[1]), int(begin[0]), int(begin[1]), y.shape[2], y.shape[3], y)
     return y

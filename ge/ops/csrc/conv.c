@@ -476,7 +476,92 @@ done:
     return result;
 }
 
+/* -- max pooling -------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
+} PoolGeom;
+
+/* y = max over each window, taps in window order, a tap replacing the running max only when
+ * greater (ONNX's reference: a window is NaN when its first tap is, else its NaNs are
+ * ignored); taps outside x are -inf (padding never wins). */
+CLONES static void max_pool_plane(const PoolGeom *g, const float *x, float *y) {
+    /* output columns whose every tap column is inside: [lo, hi) */
+    int64_t lo = 0, hi = g->ow;
+    while (lo < g->ow && lo * g->sw - g->pl < 0) lo++;
+    while (hi > lo && (hi - 1) * g->sw - g->pl + (g->kw - 1) * g->dw >= g->w) hi--;
+    for (int64_t oy = 0; oy < g->oh; oy++) {
+        float *dst = y + oy * g->ow;
+        const int64_t iy0 = oy * g->sh - g->pt;
+        int64_t ki0 = 0, ki1 = g->kh;               /* the window rows inside x */
+        while (ki0 < g->kh && iy0 + ki0 * g->dh < 0) ki0++;
+        while (ki1 > ki0 && iy0 + (ki1 - 1) * g->dh >= g->h) ki1--;
+        const int full_rows = ki0 == 0 && ki1 == g->kh;
+        for (int64_t ox = 0; ox < g->ow; ox++) {
+            if (ox == lo && full_rows) {              /* interior: no bounds checks */
+                for (; ox < hi; ox++) {
+                    const float *src = x + iy0 * g->w + ox * g->sw - g->pl;
+                    float m = src[0];
+                    for (int64_t ki = 0; ki < g->kh; ki++)
+                        for (int64_t kj = 0; kj < g->kw; kj++) {
+                            float v = src[ki * g->dh * g->w + kj * g->dw];
+                            m = v > m ? v : m;
+                        }
+                    dst[ox] = m;
+                }
+                if (ox >= g->ow)
+                    break;
+            }
+            const int64_t ix0 = ox * g->sw - g->pl;
+            float m = -INFINITY;
+            int first = 1;
+            for (int64_t ki = 0; ki < g->kh; ki++)
+                for (int64_t kj = 0; kj < g->kw; kj++) {
+                    const int64_t yy = iy0 + ki * g->dh, xx = ix0 + kj * g->dw;
+                    const float v = (yy >= 0 && yy < g->h && xx >= 0 && xx < g->w) ? x[yy * g->w + xx] : -INFINITY;
+                    if (first)
+                        m = v;
+                    else
+                        m = v > m ? v : m;
+                    first = 0;
+                }
+            dst[ox] = m;
+        }
+    }
+}
+
+static PyObject *max_pool2d(PyObject *self, PyObject *args) {
+    PyObject *xo, *yo;
+    long long planes, h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
+    if (!PyArg_ParseTuple(args, "OLLLLLLLLLLLLLO", &xo, &planes, &h, &w, &kh, &kw, &sh, &sw, &dh, &dw, &pt, &pl, &oh,
+                          &ow, &yo))
+        return NULL;
+    int64_t vals[] = {planes, h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow};
+    int64_t lows[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1};
+    if (check_dims(vals, lows, 13) < 0)
+        return NULL;
+    Py_buffer x, y;
+    if (get_floats(xo, &x, safe_mul3(planes, h, w), 0, 0, "x") < 0)
+        return NULL;
+    if (get_floats(yo, &y, safe_mul3(planes, oh, ow), 1, 0, "y") < 0) {
+        release(&x);
+        return NULL;
+    }
+    PoolGeom g = {h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow};
+    const float *xb = (const float *)x.buf;
+    float *yb = (float *)y.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < planes; i++)
+        max_pool_plane(&g, xb + i * h * w, yb + i * oh * ow);
+    Py_END_ALLOW_THREADS
+    release(&x);
+    release(&y);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"max_pool2d", max_pool2d, METH_VARARGS,
+     "max_pool2d(x, planes, h, w, kh, kw, sh, sw, dh, dw, pad_top, pad_left, oh, ow, y)"},
     {"set_sgemm", set_sgemm, METH_VARARGS, "set_sgemm(address, ilp64): the cblas_sgemm every kernel calls."},
     {"gemm_profile", gemm_profile, METH_VARARGS,
      "gemm_profile(on) -> CPU seconds spent in sgemm so far while profiling was on; switches it."},
