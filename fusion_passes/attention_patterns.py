@@ -11,7 +11,12 @@ The views are read with the view algebra (fusion_passes/layout.py), not matched 
 for each operand the walker proves which projection columns every head reads, which
 batch and sequence rows, in which order -- so 4-D and 3-D head layouts, packed or separate
 QKV, heads taken by Split/Gather/Squeeze, GQA's repeated KV heads (a stride-0 axis) and any
-merge that writes the kernel's [B,S,H*D] order all read the same way.
+merge that writes the kernel's [B,S,H*D] order all read the same way.  A scalar scale on Q
+or K among their views (PyTorch's SDPA multiplies each by sqrt(scale), BART's eager
+attention Q by 1/sqrt(D) after its projection) commutes with the views and with Q.K^T: the
+walker reads it as part of the operand and the kernel applies it with its score scale, in
+float32 (`Heads.scale`).  The graph is never rewritten for it, so a block no kernel takes
+keeps its scales where the exporter put them (an fp16 Q.K^T unscaled can overflow).
 
 Each walker raises `Reject` (fusion_passes/base.py) with an NF code and the failed check
 in words when a piece does not fit; the pass turns it into the candidate's Miss.
@@ -27,13 +32,15 @@ import numpy as np
 from fusion_passes import reasons
 from fusion_passes.base import Reject, producer, scalar_const
 from fusion_passes.canonical.softmax_guard import nan_guard
-from fusion_passes.layout import Layout, NotAffine, apply, more_than_one, probe, trace_down, trace_up
+from fusion_passes.layout import (Layout, NotAffine, ViewChain, apply, is_view, more_than_one, probe, trace_down,
+                                  trace_up)
 from fusion_passes.linear import Linear, linear_producing
 from ge.ir import Node, Value
 from ge.symbolic import mod
 
 MAX_SCORE_STEPS = 8      # scale / bias / mask nodes between Q.K^T and Softmax
 MAX_TERMS = 2            # additive terms the kernel takes (bias, mask)
+SCALED_ROLES = ("Q", "K")  # operands whose scalar scales are the scores' (one on V scales the output)
 
 
 def _variable(value: Optional[Value]) -> bool:
@@ -144,20 +151,26 @@ def walk_scores(start: Value) -> ScoreChain:
     return chain
 
 
-def _scalar_scale(node: Node):
-    """(scaled operand, factor) of a Mul/Div by a one-element constant."""
+def scalar_scale(node: Node) -> Optional[tuple]:
+    """(scaled tensor, factor) when `node` is a Mul (either order) or Div of a computed tensor
+    by a one-element constant, else None."""
+    if node.op_type not in ("Mul", "Div") or len(node.inputs) != 2:
+        return None
     a, b = node.inputs
-    if node.op_type == "Div":
-        c = scalar_const(b)
-        if _variable(a) and c not in (None, 0.0):
-            return a, 1.0 / c
-    else:
-        for x, k in ((a, b), (b, a)):
-            c = scalar_const(k)
-            if _variable(x) and c is not None:
-                return x, c
-    raise Reject(reasons.UNSUPPORTED_VARIANT,
-                 f"scores: {node.op_type} {node.name} is not a scale by a one-element constant", [node], node.inputs)
+    for x, k in ((a, b),) if node.op_type == "Div" else ((a, b), (b, a)):
+        c = scalar_const(k)
+        if _variable(x) and c is not None and (node.op_type == "Mul" or c != 0.0):
+            return x, (1.0 / c if node.op_type == "Div" else c)
+    return None
+
+
+def _scalar_scale(node: Node):
+    """(scaled operand, factor) of a scale of the scores."""
+    found = scalar_scale(node)
+    if found is None:
+        raise Reject(reasons.UNSUPPORTED_VARIANT, f"scores: {node.op_type} {node.name} is not a scale by a "
+                     "one-element constant", [node], node.inputs)
+    return found
 
 
 def _leads_to_qk(value: Value) -> bool:
@@ -224,6 +237,7 @@ class Heads:
     width: int = 0            # the projection's outputs (a cache: Hkv * D, head h at column h * D)
     source: Optional[Value] = None      # the projection's output, or the cache
     head_major: bool = False  # the source is a [B, Hkv, T, D] KV cache, not a projection
+    scale: float = 1.0        # product of the scalar scales among the views (Q and K only)
 
 
 def read_heads(value: Value, role: str, seq_axis: int, dim_axis: int) -> Heads:
@@ -231,7 +245,7 @@ def read_heads(value: Value, role: str, seq_axis: int, dim_axis: int) -> Heads:
     rope = rope_layout = None
     nodes: list = []
     try:
-        chain = trace_up(value)
+        chain, scale, scales = trace_operand(value, role)
         nodes, layout, source = list(chain.nodes), chain.layout, chain.source
         if source.producer is not None and source.producer.op_type == "RotaryEmbedding":
             rope = source.producer
@@ -240,9 +254,63 @@ def read_heads(value: Value, role: str, seq_axis: int, dim_axis: int) -> Heads:
             layout = chain.replay(inner.layout)        # the rotation keeps positions: a view's view
             nodes = inner.nodes + [rope] + nodes
             source = inner.source
+        nodes += scales
     except NotAffine as err:
         raise Reject(reasons.UNSUPPORTED_VARIANT, f"{role}: the head views are not a strided view of the "
                      f"projection ({err})", nodes, [value])
+    heads = _read_heads(value, role, seq_axis, dim_axis, nodes, layout, source, rope, rope_layout)
+    heads.scale = scale
+    return heads
+
+
+def trace_operand(value: Value, role: str) -> tuple:
+    """(view chain, scale, scale nodes): up from `value` through views -- and, for Q and K,
+    through scalar scales (their product is `scale`) -- to the first value that is neither.
+    The chain holds the views only (a scale keeps the shape): its layout is the operand's."""
+    outputs, scales, scale = [], [], 1.0
+    while True:
+        node = value.producer
+        if is_view(node):
+            outputs.append(value)
+            value = node.inputs[0]
+        elif role in SCALED_ROLES and node is not None and node.op_type in ("Mul", "Div"):
+            value, factor = operand_scale(node, role)
+            scale *= factor
+            scales.insert(0, node)
+        else:
+            break
+    outputs.reverse()
+    views = [v.producer for v in outputs]
+    found = ViewChain(value, Layout.of_shape(value.desc.shape), views, outputs)
+    return ViewChain(value, found.replay(found.layout), views, outputs), scale, scales
+
+
+def operand_scale(node: Node, role: str) -> tuple:
+    """(scaled tensor, factor) of a Mul/Div on Q or K: a scale by a one-element constant that
+    keeps the tensor's shape; anything else raises Reject saying why it does not fold."""
+    found = scalar_scale(node)
+    if found is not None:
+        x = found[0]
+        if tuple(node.outputs[0].desc.shape) != tuple(x.desc.shape):
+            raise Reject(reasons.UNSUPPORTED_VARIANT,
+                         f"{role}: {node.op_type} {node.name} by a one-element constant broadcasts "
+                         f"{x.name} {list(x.desc.shape)} to {list(node.outputs[0].desc.shape)}; only a "
+                         "scale that keeps the heads' shape folds into the kernel's scale", [node], [x])
+        return found
+    factors = [v for v in node.inputs[1 if node.op_type == "Div" else 0:] if v is not None and v.is_const]
+    if not factors:
+        raise Reject(reasons.NON_CONSTANT,
+                     f"{role}: {node.op_type} {node.name} scales the heads by a computed tensor; only a "
+                     "one-element constant folds into the kernel's scale", [node], list(node.inputs))
+    what = (f"a {list(factors[0].const.shape)} constant, not one element" if factors[0].const.size != 1
+            else "zero" if node.op_type == "Div" else "a constant, and its other operand too")
+    raise Reject(reasons.UNSUPPORTED_VARIANT,
+                 f"{role}: {node.op_type} {node.name} scales the heads by {what}; only a one-element "
+                 "constant folds into the kernel's scale", [node], factors[:1])
+
+
+def _read_heads(value: Value, role: str, seq_axis: int, dim_axis: int, nodes: list, layout: Layout,
+                source: Value, rope: Optional[Node], rope_layout: Optional[Layout]) -> Heads:
     if role != "Q" and linear_producing(source) is None and is_kv_cache(source):
         return _cache_heads(value, role, nodes, layout, source, seq_axis, dim_axis)
     linear = _projection(source, role, nodes)
@@ -343,15 +411,13 @@ def _projection(source: Value, role: str, nodes: list) -> Linear:
     if mm is not None and mm.op_type == "Gemm":
         raise Reject(reasons.UNSUPPORTED_ATTRIBUTE, f"{role} projection: Gemm {mm.name} with transA=1 is not a "
                      "linear layer on rows", nodes + [mm], [mm.inputs[0]])
-    if node is not None and node.op_type in ("Mul", "Div"):
+    if role not in SCALED_ROLES and node is not None and node.op_type in ("Mul", "Div"):
         c = next((scalar_const(v) for v in node.inputs if scalar_const(v) is not None), None)
         if c is not None:
             factor = 1.0 / c if node.op_type == "Div" and c else c
             raise Reject(reasons.UNSUPPORTED_VARIANT,
-                         f"{role} is scaled by {factor:g}"
-                         + (": a scale on V scales the output, not the scores, and the kernel has no output scale"
-                            if role == "V" else " between its projection and its head views"),
-                         nodes + [node], [source])
+                         f"{role} is scaled by {factor:g}: a scale on V scales the output, not the scores, "
+                         "and the kernel has no output scale", nodes + [node], [source])
     raise Reject(reasons.UNSUPPORTED_VARIANT,
                  f"{role}: expected a linear projection (MatMul by a constant weight [+ bias]) before the head "
                  f"views, found {found}", nodes + ([node] if node is not None else []), [source])

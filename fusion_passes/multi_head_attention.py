@@ -4,7 +4,8 @@ one MultiHeadAttentionFusionOp (codegen/fused/attention.py).
 Found by what it computes, whatever the views around it (fusion_passes/attention_patterns.py):
 anchored on the Softmax, the scores are walked up to Q.K^T (scalar scales, additive
 bias/mask terms, a Where mask), each of Q, K^T and V is read through its views (and an
-optional RotaryEmbedding) as heads of a linear projection, and the P.V output is read
+optional RotaryEmbedding; scalar scales on Q and K, which join the kernel's score scale) as
+heads of a linear projection, and the P.V output is read
 down through the merge views.  So eager and SDPA exports of both torch exporters, 4-D
 [B,H,S,D] and 3-D [B*H,S,D] head layouts, packed or separate QKV, heads selected by Split,
 Gather or Squeeze, self- and cross-attention, grouped- and multi-query attention (KV heads
@@ -100,7 +101,7 @@ class MultiHeadAttentionFusionPass(FusionPass):
         plan, q, k, v, scores = match.plan, match.q, match.k, match.v, match.scores
         base = match.nodes[-1].name
         attrs = {"num_heads": plan.heads, "kv_heads": plan.kv_heads, "head_dim": q.dim, "v_head_dim": v.dim,
-                 "scale": float(scores.scale), "mask_kind": "none", "nan_guard": int(match.nan_guard),
+                 "scale": float(scores.scale * q.scale * k.scale), "mask_kind": "none", "nan_guard": int(match.nan_guard),
                  "rotary_dim": 0}
         slots, rows = {}, {}
         if k.head_major:

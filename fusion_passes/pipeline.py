@@ -15,7 +15,6 @@ from typing import Optional
 from fusion_passes.autofuse import AutoFusePass, AutofuseFlags
 from fusion_passes.base import FusionPass
 from fusion_passes.canonical import CanonicalizePass
-from fusion_passes.canonical.score_scale import ScoreScaleRestorePass
 from fusion_passes.conv_bn_relu import ConvBNReluFusionPass
 from fusion_passes.conv_chain import ConvChainFusionPass
 from fusion_passes.conv_pool_fc import ConvPoolFCFusionPass
@@ -57,7 +56,6 @@ def fusion_passes(switches: Optional[FusionSwitches] = None,
         LayerNormQuantFusionPass(switches),     # a LayerNorm its readers quantize writes int8 (int8 graphs only)
         QuantAttentionProjectionFusionPass(switches),   # after it: QOperator's Q/K/V inputs are one tensor now
         MultiHeadAttentionFusionPass(switches),
-        ScoreScaleRestorePass(switches),        # Q/K scales moved for attention back where no kernel took them
         GatedMlpFusionPass(switches),           # before MatMulBiasAct takes the gate GEMM + its activation
         MatMulBiasActFusionPass(switches),
         LayerNormMatMulFusionPass(switches),

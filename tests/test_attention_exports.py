@@ -19,6 +19,7 @@ import pytest
 
 import exporters
 from codegen.fused.attention import OP_TYPE, SLOTS
+from fusion_passes.attention_patterns import find_qk, trace_operand
 from fusion_passes.canonical import CanonicalizePass
 from fusion_passes.multi_head_attention import MultiHeadAttentionFusionPass
 from helpers import assert_matches_ort, fuse_model, lower, op_types
@@ -224,9 +225,7 @@ def _canonical(exports, case):
 
 
 @pytest.mark.parametrize("case,rewrite,gone,kept", [
-    (("bert", "dynamo", "sdpa"), "ScoreScale", None, None),
     (("bert", "dynamo", "sdpa"), "SoftmaxNanGuard", "IsNaN", None),
-    (("bert", "torchscript", "sdpa"), "ScoreScale", None, "IsNaN"),
     (("llama", "torchscript", "eager"), "RotaryEmbedding", "Neg", "RotaryEmbedding"),
     (("gpt_neox", "dynamo", "sdpa"), "RotaryEmbedding", "Neg", "RotaryEmbedding"),
     (("bert", "torchscript", "eager"), "ViewAsReshape", "Flatten", None),
@@ -251,15 +250,24 @@ def test_canonical_rewrite_on_a_real_export(exports, case, rewrite, gone, kept):
             assert_matches_ort(model, graph, exporters.attention_feeds(case[0]), precision=precision)
 
 
-def test_score_scale_is_one_mul_of_the_scores(exports):
-    """SDPA's sqrt-scale on Q and on K^T becomes one Mul by their product after Q.K^T."""
-    _, graph, _ = _canonical(exports, ("bert", "dynamo", "sdpa"))
-    softmax = next(n for n in graph.nodes if n.op_type == "Softmax")
-    qk = next(n for n in graph.nodes if n.op_type == "MatMul" and not n.inputs[1].is_const)
-    scale = qk.outputs[0].consumers[0]
-    assert scale.op_type == "Mul" and float(scale.inputs[1].const) == pytest.approx(8 ** -0.5)
-    assert not any(n.op_type == "Mul" and n.outputs[0] in qk.inputs for n in graph.nodes)
-    assert softmax is not None
+@pytest.mark.parametrize("case,operand_scales", [
+    (("bert", "dynamo", "sdpa"), [8 ** -0.25, 8 ** -0.25]),        # SDPA: sqrt(scale) on Q and on K
+    (("bert", "torchscript", "sdpa"), [8 ** -0.25, 8 ** -0.25]),
+    (("window", "dynamo", "sdpa"), [8 ** -0.5, 1.0]),              # torchvision Swin: q * D**-0.5
+    (("deberta", "torchscript", "eager"), [1.0, (8 * 3) ** -0.5]),  # DeBERTa: K^T / sqrt(D * 3)
+], ids=lambda v: "-".join(v) if isinstance(v, tuple) else "")
+def test_q_and_k_scales_fold_into_the_kernel_scale(exports, case, operand_scales):
+    """The exporter's scalar scales on the Q.K^T operands stay in the canonical graph as
+    written (the scores have no scale of their own here), and each attention kernel's scale
+    is their product."""
+    _, graph, _ = _canonical(exports, case)
+    products = [find_qk(n.inputs[0]) for n in graph.nodes if n.op_type == "Softmax"]
+    assert products and [[trace_operand(v, role)[1] for v, role in zip(mm.inputs, "QK")] for mm in products] == \
+        [[pytest.approx(f, rel=1e-6) for f in operand_scales]] * len(products)
+    kernels = _mha(_fused(exports, case)[0])
+    assert len(kernels) == BLOCKS[case[0]]
+    product = operand_scales[0] * operand_scales[1]
+    assert [n.attrs["scale"] for n in kernels] == [pytest.approx(product, rel=1e-6)] * len(kernels)
 
 
 def test_the_stage_is_idempotent(exports):

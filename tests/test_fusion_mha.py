@@ -79,6 +79,8 @@ def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axi
         shape = [0, 0, h, -1] if reshape_zero else ([S, B, h, D] if unflatten_swap else [B, S, h, D])
         return node("Transpose", [node("Reshape", [t, const(shape, np.int64)])], perm=perm)
 
+    if scale == "q_after_projection":   # BART eager: q_proj(x) * D**-0.5, then the head views
+        q = node("Mul", [q, const(D ** -0.5)])
     qh = heads(q, H, [0, 2, 1, 3])
     if k_form == "direct":
         kt = heads(k, kv_heads, [0, 2, 3, 1])
@@ -87,9 +89,17 @@ def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axi
     vh = heads(v, kv_heads, [0, 2, 1, 3])
     if v_scale:         # scales the output, not the scores
         vh = node("Mul", [vh, const(0.5)])
-    if scale == "qk":   # SDPA-style: each side by D**-0.25, constant first on K
+    if scale in ("qk", "qk_and_scores"):   # SDPA-style: each side by D**-0.25, constant first on K
         qh = node("Mul", [qh, const(D ** -0.25)])
         kt = node("Mul", [const(D ** -0.25), kt])
+    elif scale == "qk_div":     # older exports: q / D**0.25, k^T / D**0.25
+        qh = node("Div", [qh, const(D ** 0.25)])
+        kt = node("Div", [kt, const(D ** 0.25)])
+    elif scale == "q_by_a_vector":     # one factor per feature: not a scale of the scores
+        qh = node("Mul", [qh, const(np.linspace(0.5, 1.0, D))])
+    elif scale == "q_by_a_computed_scalar":
+        inputs.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, [1]))
+        qh = node("Mul", [qh, "s"])
     s = node("MatMul", [qh, kt])
 
     def apply_scale(s):
@@ -97,6 +107,8 @@ def build(packed=None, scale="div", k_form="direct", mask="none", bias=True, axi
             return node("Div", [s, const(math.sqrt(D))])
         if scale == "mul":
             return node("Mul", [const(1.0 / math.sqrt(D)), s])
+        if scale == "qk_and_scores":
+            return node("Div", [s, const(2.0)])
         return s
 
     if not mask_before_scale:
@@ -150,7 +162,11 @@ def fused_nodes(graph):
 VARIANTS = {
     "separate_div": dict(),
     "mul_scale_k_two_transposes": dict(scale="mul", k_form="two"),
-    "scale_on_q_and_k": dict(scale="qk"),
+    "scale_on_q_and_k": dict(scale="qk"),       # the operand scales fold into the kernel's scale
+    "div_on_q_and_k": dict(scale="qk_div"),
+    "scale_on_q_and_k_and_the_scores": dict(scale="qk_and_scores"),
+    "scale_on_q_after_its_projection": dict(scale="q_after_projection"),
+    "scale_on_q_and_k_gqa_two_transposes": dict(scale="qk", kv_heads=1, k_form="two"),
     "no_scale": dict(scale="none"),
     "packed_split_where_causal": dict(packed="split", mask="where"),
     "packed_slice_where_inverted_no_bias": dict(packed="slice", mask="where_inverted", bias=False),
@@ -185,7 +201,7 @@ def test_variant_fuses_and_matches_ort(name):
     node = fused_nodes(graph)[0]
     assert node.attrs["num_heads"] == H and node.attrs["head_dim"] == D
     assert node.attrs["kv_heads"] == kw.get("kv_heads", H)
-    expected_scale = 1.0 if kw.get("scale") == "none" else 1.0 / math.sqrt(D)
+    expected_scale = {"none": 1.0, "qk_and_scores": 0.5 / math.sqrt(D)}.get(kw.get("scale"), 1.0 / math.sqrt(D))
     assert node.attrs["scale"] == pytest.approx(expected_scale, rel=1e-6)
     slot, kind = EXPECTED_MASK[kw.get("mask", "none")]
     assert node.attrs["mask_kind"] == kind
@@ -291,6 +307,9 @@ MISSES = {
     "conv1d_trans_a": (dict(linear="gemm", packed="split", gemm_attrs=dict(transA=1)), "NF2003", "transA=1"),
     "conv1d_weight_not_constant": (dict(linear="gemm", weight_input=True), "NF2002", "weight Wq of Gemm"),
     "scale_on_v": (dict(v_scale=True), "NF2006", "V is scaled by 0.5"),
+    "q_scaled_by_a_vector": (dict(scale="q_by_a_vector"), "NF2006", "scales the heads by a [4] constant, not one"),
+    "q_scaled_by_a_computed_scalar": (dict(scale="q_by_a_computed_scalar"), "NF2002",
+                                      "scales the heads by a computed tensor"),
 }
 
 

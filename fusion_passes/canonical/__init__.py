@@ -1,9 +1,8 @@
 """The canonicalization stage: exporter idioms -> one canonical form, before the named fusions.
 
 Why: torch's TorchScript and dynamo exporters and transformers' attention implementations
-spell the same computation many ways (a scale on Q and on K or on the scores, a NaN guard
-after Softmax, Squeeze or Reshape, Gemm or MatMul+Add, ...).  Rewriting them here into one
-form means each named pass (fusion_passes/*.py) matches one pattern, once.
+spell the same computation many ways (a NaN guard after Softmax, Squeeze or Reshape, Gemm
+or MatMul+Add, ...).  Rewriting them here into one form means each named pass (fusion_passes/*.py) matches one pattern, once.
 
 One file per rewrite (a `Rewrite`, fusion_passes/canonical/rewrite.py); `REWRITES` is their
 order.  The stage runs the list over the graph until nothing changes (at most `MAX_ROUNDS`
@@ -38,7 +37,6 @@ from fusion_passes.canonical.mish import Mish
 from fusion_passes.canonical.quant_views import QuantizedView
 from fusion_passes.canonical.rewrite import Rewrite
 from fusion_passes.canonical.rotary import RotaryEmbedding, RotaryPrefix
-from fusion_passes.canonical.score_scale import ScoreScale
 from fusion_passes.canonical.simplified_layer_norm import SimplifiedLayerNorm
 from fusion_passes.canonical.slice_noop import SliceNoop
 from fusion_passes.canonical.slices_as_split import SlicesAsSplit
@@ -75,7 +73,6 @@ REWRITES: tuple = (
     TransposeChain(),       # Transpose(Transpose(x)) -> Transpose(x) or x
     ViewBelowLinear(),      # token views cross linear layers, to the views they belong with
     ViewAboveLinear(),
-    ScoreScale(),           # (a*Q).(b*K)^T -> (a*b)*(Q.K^T)
     SoftmaxNanGuard(),      # Where(IsNaN(softmax), 0, softmax) -> softmax, when proved a no-op
     DequantizedNanGuard(),  # Where(IsNaN(DQ(int)), c, DQ(int)) -> DQ(int): never NaN
     RotaryEmbedding(),      # x*cos + rotate_half(x)*sin -> RotaryEmbedding(x)
