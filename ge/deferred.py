@@ -5,14 +5,16 @@ Why: GatedMLP packs a decoder layer's gate and up weights into one [K, 2I] weigh
 eagerly, that is a copy of a third of a decoder's weights (2 GB for a 1.1B model, 2.8 s of
 page faults and copying) made only to be written to the .om once.  A `ColumnConcat` keeps
 views of its parts instead: the .om writer streams its rows through one reused buffer
-(`chunks`, two buffers in turn), the weights builder fingerprints it from a few rows (`byte_range`), and whoever
+(`chunks`, in the writer's ring of buffers), the weights builder fingerprints it from a few rows (`byte_range`), and whoever
 needs the values as an array (`ge.ir.Value.const`) gets them computed then, once.
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
+
+from om_format.weights import BufferRing
 
 
 class _Block(np.ndarray):
@@ -61,21 +63,21 @@ class ColumnConcat:
             out[:, column:column + width] = part[start:start + out.shape[0]]
             column += width
 
-    def chunks(self, size: int) -> Iterator[memoryview]:
+    def chunks(self, size: int, ring: Optional[BufferRing] = None) -> Iterator[memoryview]:
         """The C-order bytes, whole rows at a time, about `size` bytes per chunk (at least
-        one row).  The chunks take turns in two buffers: each is valid until the one after
-        the next is asked for, so the .om writer can still be hashing a chunk on its second
-        thread while this computes the next one."""
+        one row), each made in the next buffer of `ring` (om_format.weights.BufferRing; by
+        default a ring of two of its own): a chunk stays valid until the ring hands its
+        buffer out again, so the .om writer can still be hashing it on its second thread
+        while this computes the next ones."""
         rows, row_bytes = self.shape[0], self.shape[1] * self.dtype.itemsize
         if not rows or not row_bytes:
             return
+        ring = ring or BufferRing(2)
         step = max(1, min(rows, size // row_bytes))
-        buffers: list = []
-        for turn, start in enumerate(range(0, rows, step)):
-            if len(buffers) <= turn % 2:
-                buffers.append(np.empty((step, self.shape[1]), self.dtype).view(_Block))
-                buffers[-1].sources = self.parts
-            block = buffers[turn % 2][:min(step, rows - start)]
+        for start in range(0, rows, step):
+            count = min(step, rows - start)
+            block = ring.take(count * row_bytes).view(self.dtype).reshape(count, self.shape[1]).view(_Block)
+            block.sources = self.parts
             self._rows_into(block, start)
             yield memoryview(block.reshape(-1).view(np.uint8)).toreadonly()
 

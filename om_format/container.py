@@ -11,13 +11,15 @@ uses it, and reports each problem as an OmFormatError (E10003 for users).
 """
 from __future__ import annotations
 
-import concurrent.futures
+import collections
 import enum
 import hashlib
 import io
 import os
+import queue
 import struct
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field, fields
 from typing import BinaryIO, Callable, Iterator, Optional, Union
@@ -27,7 +29,7 @@ from google.protobuf.message import DecodeError
 from om_format import cores
 from om_format.errors import OmFormatError
 from om_format.schema import ModelDef, ModelTaskDef
-from om_format.weights import CHUNK_BYTES, WeightsBuilder, byte_view  # noqa: F401  (WeightsBuilder re-exported)
+from om_format.weights import CHUNK_BYTES, CHUNKS_IN_FLIGHT, WeightsBuilder, byte_view  # noqa: F401  (WeightsBuilder re-exported)
 
 MAGIC = 0x444F4D49          # b"IMOD" on disk
 HEADER_SIZE = 256
@@ -153,25 +155,32 @@ def _spare_core() -> bool:
 
 
 class _HashingWriter:
-    """Writes chunks to a file and feeds them to SHA-256 in the same pass: every byte is
+    """Writes chunks to a file and feeds them to SHA-256 in the same order: every byte is
     hashed once, from the caller's buffer (views, never copies), by hashlib's OpenSSL code.
 
-    With a core to spare, a large chunk is hashed on a second thread while it is written
-    (both release the GIL) a piece at a time -- one write() of a 16 MiB chunk costs this
-    machine's kernel about 3x the time of 256 KiB writes of the same bytes (the decoder's
-    4.4 GB: 5.1-6.6 s of system time vs 2.2-2.9 s) -- and that hash runs on while the caller makes the next chunk (a
-    packed weight's rows, ge/deferred.py), so hashing costs no time of its own.  At most one
-    chunk is out being hashed: `write` waits for it before it hashes anything else (SHA-256
-    takes the bytes in file order), so a chunk must stay valid until the write after its
-    own returns -- views of mapped or held arrays do; a deferred array's chunks do too.
+    With a core to spare, a hashing thread takes the chunks from a queue while this thread
+    writes them, 256 KiB at a time (one write() of a 16 MiB chunk costs this machine's kernel
+    about 3x the time of 256 KiB writes of the same bytes: the decoder's 4.4 GB, 5.1-6.6 s of
+    system time vs 2.2-2.9 s).  The two threads meet only when IN_FLIGHT chunks are written
+    and not yet hashed: then `write` waits for the oldest.  So neither waits for the other
+    chunk by chunk -- a chunk that is slow to make (a packed weight's rows, ge/deferred.py)
+    is made up by the hash of the ones before it, and a slow hash by the writes after it;
+    the compile of the 1.1B decoder takes what the slower of the two takes in all, not the
+    sum of the slower of each chunk (bench/RESULTS.md, memory section).  A chunk must stay
+    valid until it is hashed: after `write` returns, at most IN_FLIGHT chunks are not, so a
+    source that reuses buffers needs IN_FLIGHT + 1 of them (om_format.weights.BufferRing); views of mapped
+    or held arrays stay valid anyway.  SHA-256 takes the bytes in file order: the queue keeps
+    it, and before a chunk is hashed on this thread the queue is emptied first.
 
     On a busy machine the second thread only adds work (both threads then read every byte
     from memory); there each chunk is hashed and written a cache-sized piece at a time, so
     the write reads what the hash just brought into the cache: 10% less CPU for a 4.4 GB .om
     on this project's shared 2-core machine (bench/RESULTS.md, memory section).  Whether a core is spare is asked
     again every _RECHECK_S while a large .om is written (a neighbour may start or stop), unless
-    the caller fixes it with `threaded`."""
+    the caller fixes it with `threaded`.  `on_chunk` and `on_bytes` are called on the writing
+    thread, in file order, once a chunk is both written and hashed."""
 
+    IN_FLIGHT = CHUNKS_IN_FLIGHT
     _OVERLAP = 1 << 20
     _PIECE = 256 << 10
     _RECHECK_S = 0.25
@@ -183,8 +192,11 @@ class _HashingWriter:
         self.written = 0
         self._fixed = threaded
         self._spare, self._asked_at = False, None
-        self._pool = None
-        self._hashing = None                 # (Future, chunk) of the chunk being hashed on the second thread
+        self._hasher = None                  # the hashing thread, started on the first chunk it takes
+        self._todo = queue.SimpleQueue()     # chunks for the hashing thread, in file order (None: stop)
+        self._hashed_queue = queue.SimpleQueue()   # what it has hashed: a chunk, or the exception it raised
+        self._out = collections.deque()      # chunks given to the hashing thread, not yet reported done
+        self._failed = None
 
     def _threaded(self) -> bool:
         if self._fixed is not None:
@@ -194,12 +206,33 @@ class _HashingWriter:
             self._spare, self._asked_at = _spare_core(), now
         return self._spare
 
-    def _hashed(self) -> None:
-        """Wait for the chunk out on the second thread (and raise what its hash raised)."""
-        if self._hashing is not None:
-            (hashing, chunk), self._hashing = self._hashing, None
-            hashing.result()
-            self._done(chunk)
+    def _hash_chunks(self) -> None:
+        """The hashing thread: hash each queued chunk in turn and hand it back."""
+        while True:
+            chunk = self._todo.get()
+            if chunk is None:
+                return
+            try:
+                self.sha.update(chunk)
+            except BaseException as exc:     # handed to the writing thread, which raises it
+                self._hashed_queue.put(exc)
+                return
+            self._hashed_queue.put(chunk)
+
+    def _collect(self, keep: int) -> None:
+        """Report the chunks the hashing thread has finished, in order, waiting until at most
+        `keep` are still out (and raise what its hash raised)."""
+        while self._out:
+            block = len(self._out) > keep
+            try:
+                done = self._hashed_queue.get(block=block)
+            except queue.Empty:
+                return
+            if isinstance(done, BaseException):
+                self._out.clear()
+                self._failed = done
+                raise done
+            self._done(self._out.popleft())
 
     def _done(self, chunk) -> None:
         """A chunk is written and hashed: tell the caller (who may drop the mapped pages it
@@ -210,35 +243,44 @@ class _HashingWriter:
         if self.on_bytes is not None:
             self.on_bytes(self.written, self.total)
 
+    def _pieces(self, chunk) -> Iterator[memoryview]:
+        view = memoryview(chunk)
+        for start in range(0, len(view), self._PIECE):
+            yield view[start:start + self._PIECE]
+
     def write(self, chunk) -> None:
-        threaded = len(chunk) >= self._OVERLAP and self._threaded()
-        self._hashed()
-        if threaded:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="om-sha256")
-            self._hashing = (self._pool.submit(self.sha.update, chunk), chunk)
-            view = memoryview(chunk)
-            for start in range(0, len(view), self._PIECE):
-                self.f.write(view[start:start + self._PIECE])
-        elif len(chunk) > self._PIECE:
-            view = memoryview(chunk)
-            for start in range(0, len(view), self._PIECE):
-                piece = view[start:start + self._PIECE]
+        if self._failed is not None:
+            raise self._failed
+        if (len(chunk) >= self._OVERLAP or self._hasher is not None) and self._threaded():
+            if self._hasher is None:
+                self._hasher = threading.Thread(target=self._hash_chunks, name="om-sha256", daemon=True)
+                self._hasher.start()
+            self._out.append(chunk)
+            self._todo.put(chunk)
+            for piece in self._pieces(chunk):
+                self.f.write(piece)
+            self._collect(keep=self.IN_FLIGHT)
+            return
+        self._collect(keep=0)                # SHA-256 takes the bytes in file order
+        if len(chunk) > self._PIECE:
+            for piece in self._pieces(chunk):
                 self.sha.update(piece)
                 self.f.write(piece)
         else:
             self.sha.update(chunk)
             self.f.write(chunk)
-        if self._hashing is None:
-            self._done(chunk)
+        self._done(chunk)
 
     def close(self) -> None:
         """Wait for the last hash (the digest is complete after this) and end the thread."""
         try:
-            self._hashed()
+            if self._failed is None:
+                self._collect(keep=0)
         finally:
-            if self._pool is not None:
-                self._pool.shutdown()
+            if self._hasher is not None:
+                self._todo.put(None)
+                self._hasher.join()
+                self._hasher = None
 
 
 def stream_om(f: BinaryIO, partitions: dict, *, name: str, ops: int, platform_version: str,

@@ -23,6 +23,7 @@ from om_format.attrs import string_bytes
 
 ALIGN = 64
 CHUNK_BYTES = 16 << 20       # what the writer gets per chunk: large enough to hash and write fast
+CHUNKS_IN_FLIGHT = 4         # chunks the .om writer may have written but not yet hashed (om_format.container)
 _PROBE = 4096                # bytes read at the start, middle and end of an array to fingerprint it
 _COMPARE = 4 << 20           # bytes compared at a time when two arrays share a fingerprint
 _GROUP_BY_DIGEST = 4         # distinct arrays per fingerprint before they are told apart by SHA-256
@@ -41,6 +42,29 @@ def byte_view(data) -> memoryview:
     return view.toreadonly()
 
 
+class BufferRing:
+    """Scratch buffers handed out in turn: the one `take` returns is handed out again only
+    `count` takes later.  A deferred array's chunks are made in them (ge/deferred.py), so a
+    chunk stays valid while the .om writer still holds up to count - 1 later chunks unhashed;
+    one ring serves every deferred array of a partition, so its buffers are allocated (and
+    their pages faulted in) once, not once per array."""
+
+    def __init__(self, count: int):
+        if count < 1:
+            raise ValueError("a BufferRing needs at least one buffer")
+        self._buffers: list = [None] * count
+        self._turn = 0
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """A writable uint8 array of `nbytes` bytes (contents undefined)."""
+        slot = self._turn % len(self._buffers)
+        self._turn += 1
+        buffer = self._buffers[slot]
+        if buffer is None or buffer.nbytes < nbytes:
+            buffer = self._buffers[slot] = np.empty(nbytes, np.uint8)
+        return buffer[:nbytes]
+
+
 def _is_deferred(source) -> bool:
     return hasattr(source, "byte_range")
 
@@ -53,9 +77,9 @@ def _read(source, start: int, stop: int) -> bytes:
     return source.byte_range(start, stop) if _is_deferred(source) else source[start:stop].tobytes()
 
 
-def _source_chunks(source, size: int) -> Iterator[memoryview]:
+def _source_chunks(source, size: int, ring: BufferRing) -> Iterator[memoryview]:
     if _is_deferred(source):
-        yield from source.chunks(size)
+        yield from source.chunks(size, ring)
     else:
         for start in range(0, len(source), size):
             yield source[start:start + size]
@@ -166,15 +190,16 @@ class WeightsBuilder:
 
     def chunks(self, size: Optional[int] = None) -> Iterator[memoryview]:
         """The partition's bytes in order, as views of at most `size` bytes (CHUNK_BYTES by
-        default; zero padding between arrays, none after the last).  A deferred array's
-        chunks take turns in its two buffers: each is valid until the one after the next is
-        asked for (ge/deferred.py)."""
+        default; zero padding between arrays, none after the last).  Deferred arrays' chunks
+        take turns in one ring of CHUNKS_IN_FLIGHT + 1 buffers: each stays valid until
+        CHUNKS_IN_FLIGHT more chunks have been asked for (what the .om writer needs)."""
         size = size or CHUNK_BYTES
+        ring = BufferRing(CHUNKS_IN_FLIGHT + 1)
         position = 0
         for offset, source in self._items:
             if offset > position:
                 yield memoryview(bytes(offset - position))
-            yield from _source_chunks(source, size)
+            yield from _source_chunks(source, size, ring)
             position = offset + _length(source)
 
     def bytes(self) -> bytes:

@@ -15,6 +15,7 @@ import io
 import json
 import mmap
 import os
+import time
 
 import numpy as np
 import onnx
@@ -395,65 +396,112 @@ def test_column_concat_streams_the_packed_bytes_without_packing_them_whole():
         ColumnConcat([gate, up.astype(np.float16)])
 
 
-def test_a_deferred_chunk_stays_valid_until_the_one_after_the_next_is_asked_for():
-    """The .om writer may still be hashing chunk k on its second thread while chunk k+1 is
-    computed: the chunks take turns in two buffers."""
+def test_a_deferred_chunk_stays_valid_until_its_ring_buffer_comes_round_again():
+    """The .om writer may still be hashing up to CHUNKS_IN_FLIGHT chunks on its second thread
+    while later ones are computed: a partition's deferred chunks take turns in one ring of
+    CHUNKS_IN_FLIGHT + 1 buffers, shared by all its deferred arrays (allocated once)."""
     from ge.deferred import ColumnConcat
     rng = np.random.default_rng(3)
-    gate, up = rng.standard_normal((40, 8), np.float32), rng.standard_normal((40, 8), np.float32)
-    want = np.concatenate([gate, up], axis=1).tobytes()
+    parts = [(rng.standard_normal((40, 8), np.float32), rng.standard_normal((40, 8), np.float32)) for _ in range(2)]
     row = 16 * 4
-    chunks = ColumnConcat([gate, up]).chunks(3 * row)
-    previous = next(chunks)
-    for k, chunk in enumerate(chunks, 1):
-        assert bytes(previous) == want[(k - 1) * 3 * row:k * 3 * row]        # k-1 intact after k was made
-        previous = chunk
-    assert bytes(previous) == want[k * 3 * row:]
+    builder = weights.WeightsBuilder()
+    for gate, up in parts:
+        builder.add(ColumnConcat([gate, up]))
+    want = b"".join(np.concatenate(p, axis=1).tobytes() for p in parts)
+    assert builder.nbytes == len(want)                       # both arrays 64-byte aligned: no padding
+    depth = weights.CHUNKS_IN_FLIGHT
+    seen, buffers = [], set()
+    position = 0
+    for k, chunk in enumerate(builder.chunks(3 * row)):
+        seen.append((chunk, position))
+        position += len(chunk)
+        buffers.add(np.frombuffer(chunk, np.uint8).__array_interface__["data"][0])
+        for old, at in seen[-depth - 1:]:                    # the last CHUNKS_IN_FLIGHT + 1 are intact
+            assert bytes(old) == want[at:at + len(old)]
+    assert position == len(want) and len(seen) > 2 * (depth + 1)
+    assert len(buffers) == depth + 1                         # one ring for both arrays
+    stale = seen[0][0]
+    assert bytes(stale) != want[:len(stale)]                 # the first buffer was reused, as the ring says
 
 
-def test_the_writer_hashes_a_chunk_while_the_next_is_made(monkeypatch):
-    """With a core to spare, write() returns while its chunk is still being hashed; the next
-    write waits for that hash first, so SHA-256 gets the bytes in order, and only then says
-    the chunk is done (the driver drops mapped pages then, not under the hash)."""
+def test_the_writer_runs_up_to_in_flight_chunks_ahead_of_the_hash():
+    """With a core to spare, write() returns while its chunk is still being hashed, and goes
+    on writing the next ones: it waits only when IN_FLIGHT chunks are written and unhashed.
+    SHA-256 still gets the bytes in file order, and a chunk is reported done (the driver then
+    drops its mapped pages) only once it is hashed, in order."""
     import hashlib
     import threading
-    started, release = threading.Event(), threading.Event()
-    fed = []
+    depth = container._HashingWriter.IN_FLIGHT
+    gate = threading.Semaphore(0)                  # one release = one chunk may be hashed
+    fed, told, progress = [], [], []
 
-    class SlowSha:
+    class GatedSha:
         def __init__(self):
             self._sha = hashlib.sha256()
 
         def update(self, data):
-            started.set()
-            assert release.wait(10)
+            assert gate.acquire(timeout=10)
             fed.append(bytes(data))
             self._sha.update(data)
 
         def digest(self):
             return self._sha.digest()
 
-    told = []
+    class Sink(io.BytesIO):
+        def write(self, data):
+            self.count = getattr(self, "count", 0) + len(data)
+            return super().write(data)
 
-    def on_chunk(chunk):                           # the caller may drop the chunk's pages now:
-        assert bytes(chunk) in fed                 # only once its hash is done
-        told.append(len(chunk))
+    def on_chunk(chunk):
+        assert bytes(chunk) in fed                 # never before its hash is done
+        told.append(bytes(chunk)[:1])
 
-    out = io.BytesIO()
-    first, second = bytes(range(256)) * 4096, bytes(reversed(range(256))) * 4096     # 1 MiB each
-    progress = []
-    writer = container._HashingWriter(out, 2 * len(first), lambda done, total: progress.append((done, total)),
+    chunks = [bytes([k]) * (1 << 20) for k in range(depth + 3)]
+    out = Sink()
+    writer = container._HashingWriter(out, sum(map(len, chunks)), lambda done, total: progress.append(done),
                                       on_chunk, threaded=True)
-    writer.sha = SlowSha()
-    writer.write(memoryview(first))
-    assert started.wait(10) and not fed and not told     # returned with the hash still running
-    release.set()
-    writer.write(memoryview(second))
-    writer.close()
-    assert fed == [first, second] and out.getvalue() == first + second
-    assert writer.sha.digest() == hashlib.sha256(first + second).digest()
-    assert told == [len(first), len(second)] and progress[-1] == (2 * len(first), 2 * len(first))
+    writer.sha = GatedSha()
+    returned = []
 
+    def feed():
+        for chunk in chunks:
+            writer.write(memoryview(chunk))
+            returned.append(len(returned))
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    deadline = time.monotonic() + 10
+    while getattr(out, "count", 0) < (depth + 1) << 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert out.count == (depth + 1) << 20         # depth + 1 chunks written with none hashed,
+    assert len(returned) == depth and not fed and not told   # and the last of them waits for a hash
+    gate.release()
+    deadline = time.monotonic() + 10
+    while len(returned) < depth + 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(returned) == depth + 1 and told == [b"\0"]    # one hash done: one chunk reported
+    for _ in chunks:
+        gate.release()
+    feeder.join(10)
+    writer.close()
+    assert fed == chunks and out.getvalue() == b"".join(chunks)
+    assert writer.sha.digest() == hashlib.sha256(b"".join(chunks)).digest()
+    assert told == [c[:1] for c in chunks] and progress == [(k + 1) << 20 for k in range(len(chunks))]
+
+
+def test_the_writer_raises_what_its_hashing_thread_raised():
+    class Failing:
+        def update(self, data):
+            raise MemoryError("no room")
+
+    writer = container._HashingWriter(io.BytesIO(), 0, threaded=True)
+    writer.sha = Failing()
+    with pytest.raises(MemoryError):
+        for _ in range(3 * container._HashingWriter.IN_FLIGHT):
+            writer.write(memoryview(bytes(1 << 20)))
+        writer.close()
+    writer.close()                                 # and closes (the thread ended) without hanging
 
 
 def test_a_chunk_hashed_on_the_second_thread_is_written_a_piece_at_a_time():
@@ -525,19 +573,39 @@ def test_gated_mlp_weights_are_packed_while_the_om_is_written_not_before(tmp_pat
     real, streamed = ColumnConcat.materialize, []
     real_chunks = ColumnConcat.chunks
 
-    def counted_chunks(self, size):
+    def counted_chunks(self, size, ring=None):
         streamed.append(self.shape)
-        return real_chunks(self, size)
+        return real_chunks(self, size, ring)
 
     monkeypatch.setattr(ColumnConcat, "materialize", refuse)
     monkeypatch.setattr(ColumnConcat, "chunks", counted_chunks)
     deferred = _compile(path, tmp_path / "deferred")
     assert streamed == [(64, 384)]                      # the packed weight went to the .om deferred
-    eager_chunks = lambda self, size: iter([memoryview(real(self).reshape(-1).view(np.uint8))])   # noqa: E731
+    eager_chunks = lambda self, size, ring=None: iter([memoryview(real(self).reshape(-1).view(np.uint8))])   # noqa: E731
     monkeypatch.setattr(ColumnConcat, "chunks", eager_chunks)
     assert _compile(path, tmp_path / "eager") == deferred
     loaded = load_om_graph(str(tmp_path / "deferred" / "m.om")).graph
     assert "MatMulBiasSwiGluFusionOp" in {n.op_type for n in loaded.nodes}
+
+
+def test_a_packed_weight_written_far_ahead_of_a_slow_hash_gives_the_same_bytes(tmp_path, monkeypatch,
+                                                                               streaming_limits_lowered):
+    """The writer runs up to IN_FLIGHT chunks ahead of the hashing thread, and the packed
+    weight's chunks are made in a ring of reused buffers: with a hash slow enough that the
+    writer always runs that far ahead, the .om (its checksum included) is still byte for byte
+    the one a hash on the writing thread gives -- no chunk is overwritten before it is hashed."""
+    import threading
+    monkeypatch.setattr(container._HashingWriter, "_OVERLAP", 1)      # every chunk to the hashing thread
+    path = _gated_mlp_model(tmp_path)
+    behind = []
+    record_sha_updates(monkeypatch, lambda data: behind.append(threading.current_thread() is not threading.main_thread())
+                       or time.sleep(0.003))
+    slow = _compile(path, tmp_path / "slow")
+    assert sum(behind) > 3 * container._HashingWriter.IN_FLIGHT      # hashed on the second thread
+    monkeypatch.setattr(container, "_spare_core", lambda: False)
+    assert _compile(path, tmp_path / "inline") == slow
+    om = container.read_om(slow)                                       # and the checksum holds
+    assert om.header.checksum[:32] == hashlib.sha256(slow[container.HEADER_SIZE:]).digest()
 
 
 def test_maps_of_follows_a_deferred_chunk_to_its_parts_maps(tmp_path):
