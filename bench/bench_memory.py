@@ -192,24 +192,40 @@ def startup() -> tuple:
 
 # Run in a fresh process by `stages`: where one compile's wall time goes.  Start-up is the
 # import of the compiler; each stage runs from its progress.stage() call to the next
-# (ge/progress.py: loading, importing, the pass lists, building, pricing, writing); `hash` is
-# the time inside SHA-256's update (on whichever thread), `write` inside the file writes.
+# (ge/progress.py: loading, importing, the pass lists, building, pricing, writing).  Inside the
+# writing stage: `hash` is the time inside SHA-256's update (on whichever thread), `write`
+# inside the file writes, `pack` making the packed weights' chunks (ge/deferred.py), `wait`
+# the writing thread waiting for the hashing thread (om_format/container.py), and
+# `hash_thread` how many of the payload's bytes the second thread hashed; the process's
+# minor page faults (the mapped weights are read through them) are counted too.
 _STAGES = """\
-import sys, time, json
+import sys, time, json, threading, resource
 t0 = time.perf_counter()
 import cli, atc_py.api, atc_py.compiler, atc_py.driver, atc_py.report
 from atc_py.api import make_options, run
 from atc_py.log import Logger
 from ge.progress import Progress
+from ge import deferred
 from om_format import container
 started = time.perf_counter()
 marks = [("start-up", t0)]
-spent = {"hash": 0.0, "write": 0.0}
+spent = {"hash": 0.0, "write": 0.0, "pack": 0.0, "wait": 0.0}
+threaded_bytes = [0]
 
 
 class Clock(Progress):
     def stage(self, name, total=0):
         marks.append(("writing the .om" if name.startswith("Writing ") else name.lower(), time.perf_counter()))
+
+
+def clocked(key, method):
+    def timed(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            spent[key] += time.perf_counter() - t
+    return timed
 
 
 class Timed:
@@ -219,18 +235,19 @@ class Timed:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def _timed(self, method, data):
-        t = time.perf_counter()
-        try:
-            return method(data)
-        finally:
-            spent[self.key] += time.perf_counter() - t
-
     def update(self, data):
-        return self._timed(self.inner.update, data)
+        if threading.current_thread() is not threading.main_thread():
+            threaded_bytes[0] += len(data)
+        return clocked(self.key, self.inner.update)(data)
 
     def write(self, data):
-        return self._timed(self.inner.write, data)
+        return clocked(self.key, self.inner.write)(data)
+
+    def get(self, block=True):
+        return (clocked(self.key, self.inner.get) if block else self.inner.get)(block=block)
+
+    def put(self, item):
+        return self.inner.put(item)
 
 
 real_init = container._HashingWriter.__init__
@@ -239,9 +256,11 @@ real_init = container._HashingWriter.__init__
 def init(self, f, *args, **kwargs):
     real_init(self, Timed(f, "write"), *args, **kwargs)
     self.sha = Timed(self.sha, "hash")
+    self._hashed_queue = Timed(self._hashed_queue, "wait")
 
 
 container._HashingWriter.__init__ = init
+deferred.ColumnConcat._rows_into = clocked("pack", deferred.ColumnConcat._rows_into)
 options = make_options(model=sys.argv[1], output=sys.argv[2], soc_version=sys.argv[3], framework="5", log="null",
                        mode="0")
 marks.append(("options", started))
@@ -249,7 +268,9 @@ run(options, Logger(level=4, quiet=True), Clock())
 marks.append(("end", time.perf_counter()))
 stages = [(name, round(b - a, 3)) for (name, a), (_, b) in zip(marks, marks[1:])]
 print(json.dumps({"total_s": round(marks[-1][1] - t0, 3), "stages": stages,
-                  "hash_s": round(spent["hash"], 6), "write_s": round(spent["write"], 6)}))
+                  **{f"{key}_s": round(value, 6) for key, value in spent.items()},
+                  "hash_thread_bytes": threaded_bytes[0],
+                  "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt}))
 """
 
 
@@ -259,6 +280,13 @@ def stages(path: str, out_stem: str) -> dict:
     os.remove(out_stem + ".om")
     found = json.loads(out.strip().splitlines()[-1])
     return {**found, "process_s": seconds, "process_cpu": cpu}
+
+
+def _inside(stage_clock: dict) -> str:
+    """What the writing stage spent its time in (see _STAGES)."""
+    return (f"SHA-256 {stage_clock['hash_s']:.2f} s ({stage_clock['hash_thread_bytes'] / 1e9:.2f} GB of it on the "
+            f"second thread), file writes {stage_clock['write_s']:.2f} s, packing weights {stage_clock['pack_s']:.2f} s, "
+            f"waiting for the hash {stage_clock['wait_s']:.2f} s, {stage_clock['minor_faults']} minor page faults")
 
 
 def open_om_rss(om: str) -> dict:
@@ -316,8 +344,7 @@ def bench(name: str, workdir: str, rounds: int, keep: bool) -> dict:
     opened = open_om_rss(out_stem + ".om")
     breakdown = stages(path, out_stem + "_stages")
     print(f"  {name} stages: " + ", ".join(f"{n} {t:.2f} s" for n, t in breakdown["stages"])
-          + f"; inside them SHA-256 {breakdown['hash_s']:.2f} s, file writes {breakdown['write_s']:.2f} s; "
-          f"total {breakdown['total_s']:.2f} s (load {_load()})", flush=True)
+          + f"; inside them {_inside(breakdown)}; total {breakdown['total_s']:.2f} s (load {_load()})", flush=True)
     by_buffer = {c: (_median(rows, f"floor_s_{c}"), _median(rows, f"floor_cpu_{c}")) for c in FLOOR_BUFFERS}
     best = min(FLOOR_BUFFERS, key=lambda c: by_buffer[c][0])
     result = {"model": name, "weights": weights, "files": len(files), "om_bytes": om_bytes,
@@ -348,7 +375,7 @@ def report(results: list) -> str:
             f"{k} {t:.2f} s (CPU {c:.2f} s)" for k, (t, c) in r["floors"].items()))
         st = r["stages"]
         lines.append(f"{r['model']}: one compile's stages (wall): " + ", ".join(f"{n} {t:.2f} s" for n, t in st["stages"])
-                     + f"; inside them SHA-256 {st['hash_s']:.2f} s, file writes {st['write_s']:.2f} s; "
+                     + f"; inside them {_inside(st)}; "
                      f"{st['total_s']:.2f} s from the first import, {st['process_s']:.2f} s for the process "
                      f"(CPU {st['process_cpu']:.2f} s)")
     lines += ["", "| model | .om size | atc --mode=6: time, peak RSS | atc --mode=1: time, peak RSS | "

@@ -98,4 +98,6 @@ they overlap, so each is at most that stage, not their sum)."""
     assert abs(sum(t for _, t in found["stages"]) - found["total_s"]) <= 0.01
     writing = dict(found["stages"])["writing the .om"]
     assert 0 < found["hash_s"] <= writing + 0.01 and 0 < found["write_s"] <= writing + 0.01
+    assert 0 <= found["wait_s"] <= writing + 0.01 and 0 <= found["pack_s"] <= writing + 0.01
+    assert found["hash_thread_bytes"] >= 0 and found["minor_faults"] > 0
     assert not os.path.exists(tmp_path / "m.om")
