@@ -176,8 +176,8 @@ class _HashingWriter:
     from memory); there each chunk is hashed and written a cache-sized piece at a time, so
     the write reads what the hash just brought into the cache: 10% less CPU for a 4.4 GB .om
     on this project's shared 2-core machine (bench/RESULTS.md, memory section).  Whether a core is spare is asked
-    again every _RECHECK_S while a large .om is written (a neighbour may start or stop), unless
-    the caller fixes it with `threaded`.  `on_chunk` and `on_bytes` are called on the writing
+    again every _RECHECK_S while a large .om is written (a neighbour may start or stop; see
+    `_threaded`), unless the caller fixes it with `threaded`.  `on_chunk` and `on_bytes` are called on the writing
     thread, in file order, once a chunk is both written and hashed."""
 
     IN_FLIGHT = CHUNKS_IN_FLIGHT
@@ -191,7 +191,7 @@ class _HashingWriter:
         self.sha = hashlib.sha256()
         self.written = 0
         self._fixed = threaded
-        self._spare, self._asked_at = False, None
+        self._spare, self._asked_at, self._busy_before = False, None, False
         self._hasher = None                  # the hashing thread, started on the first chunk it takes
         self._todo = queue.SimpleQueue()     # chunks for the hashing thread, in file order (None: stop)
         self._hashed_queue = queue.SimpleQueue()   # what it has hashed: a chunk, or the exception it raised
@@ -199,11 +199,19 @@ class _HashingWriter:
         self._failed = None
 
     def _threaded(self) -> bool:
+        """Hash on the second thread?  Asked again every _RECHECK_S.  Once hashing there, it
+        takes two "no core free" answers in a row to move the hashing back: a task runnable
+        at one instant is as often a blip -- the kernel writing back this very file, a
+        short-lived process -- as a neighbour that stays, and one wrong answer would cost
+        a drained queue and a quarter second of hashing on this thread."""
         if self._fixed is not None:
             return self._fixed
         now = time.monotonic()
         if self._asked_at is None or now - self._asked_at >= self._RECHECK_S:
-            self._spare, self._asked_at = _spare_core(), now
+            spare, self._asked_at = _spare_core(), now
+            if spare or not self._spare or self._busy_before:
+                self._spare = spare
+            self._busy_before = not spare
         return self._spare
 
     def _hash_chunks(self) -> None:
