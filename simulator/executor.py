@@ -14,18 +14,23 @@ from typing import Callable, Optional
 import numpy as np
 
 from codegen.registry import kernel_of
+from ge import workspace
 from ge.dynamic import bind, bind_inputs, instantiate_attrs
 from ge.errors import AtcError, InternalError, at_node
 from ge.ir import Graph, Node
 from ge.files import release_mapped
 from ge.limits import tensor_bytes
 from ge.ops.common import FLOAT_TYPES
+from ge.ops.registry import TensorType
 
 
 def _converts(array: np.ndarray, dtype: Optional[np.dtype]) -> bool:
     """Whether a kernel computing in `dtype` sees `array` converted (floats only)."""
-    return dtype is not None and array.dtype in FLOAT_TYPES and np.dtype(dtype) in FLOAT_TYPES \
-        and array.dtype != dtype
+    return _converts_dtype(array.dtype, dtype)
+
+
+def _converts_dtype(have, dtype: Optional[np.dtype]) -> bool:
+    return dtype is not None and have in FLOAT_TYPES and np.dtype(dtype) in FLOAT_TYPES and have != dtype
 
 
 def _to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -33,7 +38,7 @@ def _to(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     +-inf, as the hardware's conversion does (e.g. a -3.4e38 attention-mask fill)."""
     if _converts(array, dtype):
         with np.errstate(over="ignore"):
-            return array.astype(dtype)
+            return workspace.astype(array, dtype)      # in the model's workspace during a forward
     return array
 
 
@@ -143,6 +148,64 @@ class Plan:
     graph: Graph
     steps: list
     outputs: list               # (name, const array or None, value id, declared dtype)
+    workspace: Optional[workspace.Workspace] = None     # the forwards' memory (`reserve_workspace`)
+
+
+def reserve_workspace(plan: Plan) -> workspace.Workspace:
+    """Map and touch the memory a forward of this (static-shape) plan takes -- kernels'
+    outputs and scratch, inputs converted to a kernel's dtype -- and have every later
+    `execute` of it take from there (ge/workspace.py); once per plan."""
+    if plan.workspace is None:
+        ws = workspace.Workspace()
+        if not plan.graph.is_dynamic:
+            ws.reserve(workspace.plan_sizes(_workspace_steps(plan)))
+            plan.workspace = ws
+    return plan.workspace
+
+
+def _workspace_steps(plan: Plan) -> list:
+    """plan_sizes' view of a plan: each kernel's declared takes (its inputs converted to its
+    dtype first, as `execute` does), what it reads, and when its outputs die."""
+    last_use: dict = {}
+    for index, step in enumerate(plan.steps):
+        for arg in step.args:
+            if arg is not None and arg[0] is False:
+                last_use[arg[1]] = index
+    graph_outputs = {key for _, const, key, _ in plan.outputs if const is None}
+    held: dict = {}                  # value id -> the dtype its array has at run time
+    steps = []
+    for index, step in enumerate(plan.steps):
+        node, seen = step.node, []
+        takes = []
+        for arg, value in zip(step.args, node.inputs):
+            if arg is None:
+                seen.append(None)
+            elif arg[0] is False:
+                dtype = held.get(arg[1], np.dtype(value.desc.dtype))
+                if step.dtype is not None and _converts_dtype(dtype, step.dtype):
+                    dtype = np.dtype(step.dtype)
+                    takes.append(workspace.Take(workspace.nbytes(value.desc.shape, dtype)))
+                seen.append(TensorType(dtype, tuple(value.desc.shape)))
+            elif arg[0] is None:           # a constant each forward converts (not from the workspace's plan)
+                seen.append(TensorType(np.dtype(step.dtype), tuple(arg[1].shape)))
+            else:
+                seen.append(arg[1])
+        declare = getattr(step.op, "workspace", None)
+        if declare is not None:
+            try:
+                takes += declare(seen, step.attrs)
+            except Exception:          # only a forecast: the forward's kernel reports what is wrong
+                declare = None
+        for v in node.outputs:          # a float kernel stores its outputs in its compute dtype (a Cast in its own)
+            desc = np.dtype(v.desc.dtype)
+            fits = step.dtype is not None and node.op_type != "Cast" and _converts_dtype(desc, step.dtype)
+            held[id(v)] = np.dtype(step.dtype) if fits else desc
+        outputs = [id(v) for v in node.outputs]
+        ends = [None if id(v) in graph_outputs else last_use.get(id(v), index) if kept else index
+                for v, kept in zip(node.outputs, step.kept)]
+        inputs = [arg[1] for arg in step.args if arg is not None and arg[0] is False]
+        steps.append((takes, inputs, outputs, ends, declare is not None))
+    return steps
 
 
 # Constants converted to their kernel's compute dtype once, at load, up to this many bytes
@@ -223,50 +286,72 @@ def execute(plan: Plan, feeds: dict, on_kernel: Optional[Callable[[Node], None]]
     if dynamic:
         run.values.update(bind_inputs(graph, {v.name: np.shape(feeds[v.name]) for v in graph.inputs}))
     env: dict = {id(v): np.asarray(feeds[v.name]) for v in graph.inputs}
-    for step in plan.steps:
-        node = step.node
-        args = []
-        for arg in step.args:
-            if arg is None:
-                args.append(None)
-            elif arg[0]:
-                args.append(arg[1])
-            elif arg[0] is None:     # a constant over the conversion cap
-                args.append(_to(arg[1], step.dtype))
-            else:
-                array = env[arg[1]]
-                args.append(_to(array, step.dtype) if step.dtype is not None else array)
-        attrs = step.attrs
+    ws = plan.workspace if not dynamic else None
+    if ws is None:
+        for step in plan.steps:
+            _run_step(step, env, graph, run, on_kernel)
+        return _outputs(plan, env, None)
+    with ws.active():
+        for step in plan.steps:
+            _run_step(step, env, graph, run, on_kernel)
+            ws.release_held()          # what the kernel took and no longer refers to is free again
+        return _outputs(plan, env, ws)
+
+
+def _run_step(step: Step, env: dict, graph: Graph, run: DynamicRun, on_kernel) -> None:
+    """One kernel: its arguments, its compute, its outputs checked into `env`, what no later
+    kernel reads dropped.  (A function of its own, so nothing it made outlives it but `env`.)"""
+    node, dynamic = step.node, graph.is_dynamic
+    args = []
+    for arg in step.args:
+        if arg is None:
+            args.append(None)
+        elif arg[0]:
+            args.append(arg[1])
+        elif arg[0] is None:     # a constant over the conversion cap
+            args.append(_to(arg[1], step.dtype))
+        else:
+            array = env[arg[1]]
+            args.append(_to(array, step.dtype) if step.dtype is not None else array)
+    attrs = step.attrs
+    if dynamic:
+        attrs = instantiate_attrs(attrs, run.values)
+    attrs = _runtime_config(node, step.op, args, attrs, run)     # static shapes may have them too (Clip's min)
+    try:
+        results = step.op.compute(args, attrs)
+    except AtcError as err:
+        raise at_node(err, node.name, node.op_type) from err
+    except Exception as exc:   # a kernel says InvalidNode for the model's mistakes: this is ours
+        raise InternalError(f"Kernel [{node.name}] ({node.op_type}) failed: {type(exc).__name__}: {exc}",
+                            node.name) from exc
+    if on_kernel is not None:
+        on_kernel(node)
+    for value, result, kept in zip(node.outputs, results, step.kept):
+        result = np.asarray(result)
         if dynamic:
-            attrs = instantiate_attrs(attrs, run.values)
-        attrs = _runtime_config(node, step.op, args, attrs, run)     # static shapes may have them too (Clip's min)
-        try:
-            results = step.op.compute(args, attrs)
-        except AtcError as err:
-            raise at_node(err, node.name, node.op_type) from err
-        except Exception as exc:   # a kernel says InvalidNode for the model's mistakes: this is ours
-            raise InternalError(f"Kernel [{node.name}] ({node.op_type}) failed: {type(exc).__name__}: {exc}",
-                                node.name) from exc
-        if on_kernel is not None:
-            on_kernel(node)
-        for value, result, kept in zip(node.outputs, results, step.kept):
-            result = np.asarray(result)
-            if dynamic:
-                why = bind(tuple(value.desc.shape), tuple(result.shape), run.values, graph)
-                if why is not None:
-                    raise InternalError(f"Kernel [{node.name}] ({node.op_type}) produced shape {list(result.shape)} "
-                                        f"for [{value.name}]: {why}.", node.name)
-            elif tuple(result.shape) != tuple(value.desc.shape):
+            why = bind(tuple(value.desc.shape), tuple(result.shape), run.values, graph)
+            if why is not None:
                 raise InternalError(f"Kernel [{node.name}] ({node.op_type}) produced shape {list(result.shape)} "
-                                    f"for [{value.name}], expected {list(value.desc.shape)}.", node.name)
-            if kept:
-                env[id(value)] = result
-        for key in step.frees:          # free what no later kernel reads
-            env.pop(key, None)
+                                    f"for [{value.name}]: {why}.", node.name)
+        elif tuple(result.shape) != tuple(value.desc.shape):
+            raise InternalError(f"Kernel [{node.name}] ({node.op_type}) produced shape {list(result.shape)} "
+                                f"for [{value.name}], expected {list(value.desc.shape)}.", node.name)
+        if kept:
+            env[id(value)] = result
+    for key in step.frees:          # free what no later kernel reads
+        env.pop(key, None)
+
+
+def _outputs(plan: Plan, env: dict, ws) -> dict:
+    """The graph's outputs in their declared dtypes; a copy of any held in the workspace (the
+    caller may keep them while the next forward reuses its buffers)."""
     out = {}
     for name, const, key, dtype in plan.outputs:
         array = const if const is not None else env[key]
-        out[name] = array.astype(dtype) if array.dtype != dtype else array
+        if array.dtype != dtype:
+            out[name] = array.astype(dtype)
+        else:
+            out[name] = np.array(array) if ws is not None and ws.owns(array) else array
     return out
 
 

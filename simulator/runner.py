@@ -28,7 +28,7 @@ from ge.files import Outputs, open_input
 from ge.symbolic import Dim
 from simulator.cost_model import Chip, KernelCost, load_chip, super_kernel_durations
 from simulator import blas, host_memory, tensor_files
-from simulator.executor import DynamicRun, Plan, execute, live_bytes, prepare, run_graph
+from simulator.executor import DynamicRun, Plan, execute, live_bytes, prepare, reserve_workspace, run_graph
 from simulator.pricing import node_costs
 
 OUTFMTS = ("NPY", "BIN", "TXT")
@@ -70,6 +70,19 @@ class Model:
             self._plan = prepare(self.graph, self.dtype_of)
         return self._plan
 
+    def prepare(self) -> Plan:
+        """What a forward needs that does not depend on its inputs, done once: the plan
+        (constants in their kernels' dtypes, what kernels derive from them), the memory of
+        its forwards mapped and touched (ge/workspace.py -- as aclmdlLoad allocates a
+        model's feature-map and workspace memory), glibc told to keep what a forward frees
+        (host_memory.py: per process, and a forked worker inherits it), the BLAS library
+        found.  The first forward then costs what the others do."""
+        plan = _as_recorded(self, lambda: self.plan)
+        reserve_workspace(plan)
+        host_memory.keep_freed_memory()
+        blas.threads()                       # finds the BLAS library (reads /proc/self/maps) once
+        return plan
+
     @property
     def graph(self) -> Graph:
         return self.loaded.graph
@@ -102,9 +115,8 @@ class Model:
 def load_model(path: str, soc_version: str = "", prepare_kernels: bool = True) -> Model:
     """Load the .om (E10003 if damaged) and the chip data: `soc_version` overrides the one
     recorded in the .om.  A gear model comes back as the view of its first gear.
-    `prepare_kernels` readies the numeric executor now (constants in their kernels' dtypes,
-    the allocator's thresholds, the BLAS library found), so the first forward costs what the
-    others do; pricing-only callers skip it."""
+    `prepare_kernels` readies the numeric executor now (`Model.prepare`), so the first
+    forward costs what the others do; pricing-only callers skip it."""
     loaded = load_om_model(path)
     soc = soc_version or loaded.soc_version
     if not soc:
@@ -116,9 +128,7 @@ def load_model(path: str, soc_version: str = "", prepare_kernels: bool = True) -
     for index in range(len(model.gears.branches) if model.gears is not None else 0):
         check_budget(model.for_gear(index), current_budget())
     if prepare_kernels:
-        _as_recorded(model, lambda: model.plan)
-        host_memory.keep_freed_memory()      # once per process: not the first forward's to pay
-        blas.threads()                       # finds the BLAS library (reads /proc/self/maps) once
+        model.prepare()
     return model
 
 
@@ -656,12 +666,12 @@ def forward(model: Model, feeds: dict, run: Optional[DynamicRun] = None,
     (simulator/blas.py: oversubscribed BLAS threads are what collapses a busy machine), or
     `blas_threads` fixed; the memory it frees is kept for the next one (host_memory.py);
     `run` collects what a dynamic-shape model's run saw."""
-    host_memory.keep_freed_memory()
+    plan = model.prepare()              # done at load already, unless the caller loaded for pricing only
     if blas_threads:
         blas.set_threads(blas_threads)
     else:
         blas.fit_to_free_cores()
-    return _as_recorded(model, execute, model.plan, feeds, None, run)
+    return _as_recorded(model, execute, plan, feeds, None, run)
 
 
 # --------------------------------------------------------------------------- many inputs
@@ -697,7 +707,7 @@ def run_many(path: str, input_sets: list, workers: int = 0, soc_version: str = "
     if model is None:
         model = load_model(path, soc_version, prepare_kernels=False)
         model = model.for_gear(gear) if gear is not None else model
-    _as_recorded(model, lambda: model.plan)           # prepared before any worker exists
+    model.prepare()                                   # before any worker exists: they inherit it
     if workers == 1:
         outputs, times, cpu = [], [], []
         for feeds in input_sets:
@@ -707,7 +717,6 @@ def run_many(path: str, input_sets: list, workers: int = 0, soc_version: str = "
             cpu.append((time.process_time() - c1) * 1e3)
         stats = [forked.WorkerStats(len(times), 0.0, times, list(range(len(times))), cpu)]
         return ManyResult(outputs, stats_ms(times) if times else {}, times, time.perf_counter() - t0, 1, stats)
-    host_memory.keep_freed_memory()
     outputs, stats = forked.run_forked(lambda feeds: _as_recorded(model, execute, model.plan, feeds),
                                        input_sets, workers)
     by_index = {k: t for s in stats for k, t in zip(s.indices, s.forward_ms)}

@@ -48,7 +48,8 @@ import numpy as np
 from ge.errors import AtcError, error_name, rebuild_error
 from om_format.attrs import STRING, string_bytes, strings_from_bytes
 from om_format.errors import OmFormatError
-from simulator import blas, host_memory
+from ge import workspace
+from simulator import blas
 
 MAX_HEADER = 1 << 16          # a record's JSON header: index, name, dtype, shape -- never more
 
@@ -223,7 +224,7 @@ def _work(forward: Callable[[dict], dict], input_sets: list, counter, t0: float,
 
 def _child(forward, input_sets, counter, t0: float, path: str) -> int:
     blas.set_threads(1)
-    host_memory.keep_freed_memory()
+    workspace.touch_after_fork()        # the model's memory is wiped on fork: this worker's own, faulted in now
     with open(path, "wb") as f:
         def sink(index, outputs, exc):
             if exc is not None:

@@ -87,16 +87,17 @@ def test_loop_statistics_are_per_timed_forward_and_the_first_forward_is_reported
 
 
 _FIRST_FORWARD = """
-import json, statistics, sys, time
+import json, resource, statistics, sys, time
 from simulator import runner
 model = runner.load_model(sys.argv[1])           # as atc-sim loads it: kernels prepared
 feeds = runner.random_inputs(model.graph, 0)
-times = []
+times, peaks = [], [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]
 for _ in range(6):
     t0 = time.thread_time()
     runner.forward(model, feeds, blas_threads=1)
     times.append(time.thread_time() - t0)
-print(json.dumps(times[0] / statistics.median(times[1:])))
+    peaks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(json.dumps([times[0] / statistics.median(times[1:]), (peaks[1] - peaks[0]) / 1024]))
 """
 
 
@@ -108,17 +109,70 @@ def test_the_first_forward_of_a_fresh_process_costs_at_most_1_5x_a_steady_one(om
     does not decide it; the median of five processes: a forward of this small model takes
     ~4 ms, and on a loaded machine one process's first forward measured 1.55 while idle runs
     give 1.17-1.29.  Without the preparation at load the ratio is ~2.3 on this model."""
+    import statistics
+
+    ratios = [ratio for ratio, _ in _first_forwards(om, 5)]
+    assert statistics.median(ratios) <= 1.5, ratios
+
+
+@pytest.fixture(scope="module")
+def readme_om(tmp_path_factory):
+    """The README's example model, built and compiled as its first command does."""
+    d = tmp_path_factory.mktemp("readme")
+    path = zoo.save("seed_testmodel", str(d))
+    assert atc_cli.main([f"--model={path}", "--framework=5", f"--output={d / 'seed_testmodel'}",
+                         "--soc_version=Ascend910", "--log=error"]) == 0
+    return str(d / "seed_testmodel.om")
+
+
+def _first_forwards(om: str, processes: int) -> list:
+    """[first forward / median of the next five (CPU time of the thread), MB by which the
+    first forward raised the process's peak resident memory], one fresh interpreter each."""
     import json
     import os
-    import statistics
     import subprocess
     import sys
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    ratios = [json.loads(subprocess.run([sys.executable, "-c", _FIRST_FORWARD, om], env=env, check=True,
-                                        capture_output=True, text=True).stdout) for _ in range(5)]
-    assert statistics.median(ratios) <= 1.5, ratios
+    return [json.loads(subprocess.run([sys.executable, "-c", _FIRST_FORWARD, om], env=env, check=True,
+                                      capture_output=True, text=True).stdout) for _ in range(processes)]
+
+
+def test_the_first_forward_of_the_readme_model_costs_at_most_1_5x_a_steady_one(readme_om):
+    """Issue 14 on the README's example (three 3x3 convs on 224x224 maps, ~0.35 s a forward):
+    its forwards take ~600 MB of Winograd tiles and activations, which fresh from the OS cost
+    the first forward 0.6-1.1 s of page faults and huge-page compaction (2-4x a steady
+    forward before the workspace).  load_model maps and touches that memory
+    (ge/workspace.py) and the forwards take it from there.  CPU time of the thread (page
+    faults are charged to it), the median of five fresh processes.  How much compaction
+    costs depends on how fragmented the machine's memory is (processes run back to back
+    reuse each other's freed huge pages), so the test also pins its cause: before the
+    workspace the first forward raised the peak resident memory by ~450 MB of new pages."""
+    import statistics
+
+    runs = _first_forwards(readme_om, 5)
+    assert statistics.median(ratio for ratio, _ in runs) <= 1.5, runs
+    assert max(grown for _, grown in runs) <= 16, runs
+
+
+def test_the_workspace_planned_at_load_is_all_a_forward_takes(readme_om, om):
+    """The sizes planned from the kernels' declarations (OpDef.workspace) are the buffers the
+    forwards ask for: none is mapped after load, every one is used, the outputs are the
+    same bytes as without a workspace and are not overwritten by the next forward."""
+    for path in (readme_om, om):
+        model = runner.load_model(path)
+        ws = model.plan.workspace
+        assert ws is not None and len(ws) > 0
+        feeds = runner.random_inputs(model.graph, 0)
+        first = runner.forward(model, feeds, blas_threads=1)
+        kept = {k: v.copy() for k, v in first.items()}
+        runner.forward(model, runner.random_inputs(model.graph, 1), blas_threads=1)
+        assert ws.grown == 0
+        ref = run_graph(model.graph, feeds, model.dtype_of)        # no workspace: plain numpy arrays
+        for name in ref:
+            np.testing.assert_array_equal(first[name], ref[name])
+            np.testing.assert_array_equal(first[name], kept[name])
 
 
 def test_cli_prints_min_median_max_and_the_first_forward(om, tmp_path, capsys):

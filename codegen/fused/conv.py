@@ -66,7 +66,9 @@ from codegen.fused import epilogue
 from codegen.fused.slots import Slots
 from codegen.registry import kernel_of, register
 from codegen.work import Work
-from ge.ops.nn import conv_forward, conv_output_shape
+from ge import workspace
+from ge.ops.common import own_dtype_inside
+from ge.ops.nn import conv_forward, conv_output_shape, conv_workspace
 from ge.ops.registry import OpDef, OpKind, TensorType, get_op
 from ge.errors import InvalidNode
 
@@ -92,22 +94,54 @@ def _conv_block(s: dict, attrs: dict) -> np.ndarray:
     into the conv's accumulator (ge.ops.nn.conv_forward) rather than being added after."""
     x, w, b = s["x"], s["w"], s["bias"]
     acc = epilogue.accumulate_dtype(x.dtype)
-    xa = x.astype(acc, copy=False)
+    xa = workspace.astype(x, acc)
     if attrs.get("input_scale"):
         xa = xa * s["scale"].astype(acc, copy=False)
     residual, base = s["residual"], None
-    if residual is not None and epilogue.residual_first(attrs) \
-            and tuple(residual.shape) == conv_output_shape(xa.shape, w.shape, attrs):
-        residual, base = None, residual.astype(acc, copy=False)
+    if _residual_is_base(s, attrs):
+        residual, base = None, workspace.astype(residual, acc)
     relu = epilogue.relu_first(attrs, residual is not None)     # ReLU on the accumulator, in the conv's own pass
     second = bool(attrs.get("residual_conv"))
     y = conv_forward(xa, w, attrs, b, base, relu=relu and not second)   # w stays the constant the executor keeps
     if second:
-        y = conv_forward(s["res_x"].astype(acc, copy=False), s["res_w"], residual_conv_attrs(attrs), base=y,
+        y = conv_forward(workspace.astype(s["res_x"], acc), s["res_w"], residual_conv_attrs(attrs), base=y,
                          base_owned=True, relu=relu)
     if relu:
         attrs = epilogue.without_activation(attrs)
     return epilogue.apply(y, attrs, None, residual, x.dtype, owned=True)     # y is this kernel's own
+
+
+def _residual_is_base(s: dict, attrs: dict) -> bool:
+    """Whether the residual goes into the conv's accumulator (added before the activation, same shape)."""
+    return s["residual"] is not None and epilogue.residual_first(attrs) \
+        and tuple(s["residual"].shape) == conv_output_shape(s["x"].shape, s["w"].shape, attrs)
+
+
+def _block_workspace(s: dict, attrs: dict) -> tuple:
+    """What `_conv_block` takes from the workspace (ge/workspace.py), in order; the index of
+    the take its result is (None: an array of its own); whether that is C-contiguous."""
+    x, w = s["x"], s["w"]
+    acc = epilogue.accumulate_dtype(x.dtype)
+    takes = [] if np.dtype(x.dtype) == acc else [workspace.nbytes(x.shape, acc)]
+    base = None
+    if _residual_is_base(s, attrs):
+        base = False
+        if np.dtype(s["residual"].dtype) != acc:
+            takes.append(workspace.nbytes(s["residual"].shape, acc))
+    conv, result, contiguous = conv_workspace(x.shape, acc, w.shape, attrs, base)
+    result = None if result is None else len(takes) + result
+    takes += conv
+    if attrs.get("residual_conv"):
+        res_x = s["res_x"]
+        if np.dtype(res_x.dtype) != acc:
+            takes.append(workspace.nbytes(res_x.shape, acc))
+        takes += conv_workspace(res_x.shape, acc, s["res_w"].shape, residual_conv_attrs(attrs), True)[0]
+    act = epilogue.activation_of(attrs)
+    in_place = act is None or (act[0] == "Relu" and (not own_dtype_inside(act[1]) or
+                                                     epilogue.relu_first(attrs, base is None and s["residual"] is not None)))
+    if epilogue.gated(attrs) or not in_place:
+        result = None
+    return takes, result, contiguous
 
 
 def _conv_block_type(s: dict, attrs: dict) -> TensorType:
@@ -184,7 +218,22 @@ def conv_bn_relu_compute(inputs, attrs):
         if "concat_perm" in attrs:
             _permuted(y.shape, attrs, "concat_")
             y = y.reshape([int(d) for d in attrs["concat_view_shape"]]).transpose([int(p) for p in attrs["concat_perm"]])
-    return [np.ascontiguousarray(y.astype(inputs[0].dtype, copy=False))]
+    return [workspace.contiguous(workspace.astype(y, inputs[0].dtype))]
+
+
+def conv_bn_relu_workspace(inputs, attrs) -> list:
+    """The Takes of conv_bn_relu_compute (ge/workspace.py): the block's, then the output's
+    own buffer where the block's result is cast or copied to a contiguous one."""
+    s = BLOCK_SLOTS.read(inputs)
+    takes, result, contiguous = _block_workspace(s, attrs)
+    if pool_attrs(attrs)[0] or "concat_axis" in attrs:      # a new array: pooled, or concatenated
+        result, contiguous = None, "concat_perm" not in attrs
+    contiguous = contiguous and "output_perm" not in attrs
+    out = conv_bn_relu_infer(inputs, attrs)[0]
+    if np.dtype(inputs[0].dtype) != epilogue.accumulate_dtype(inputs[0].dtype) or not contiguous:
+        return [workspace.Take(n) for n in takes] + [workspace.Take(workspace.nbytes(out.shape, inputs[0].dtype),
+                                                                    True)]
+    return [workspace.Take(n, i == result) for i, n in enumerate(takes)]
 
 
 def _pool_store_type(block: TensorType, attrs) -> TensorType:
@@ -238,7 +287,7 @@ def _block_prepare(slots: Slots):
 
 for _op_type in CONV_BLOCK_OPS:
     register(OpDef(_op_type, OpKind.OUT_EWISE_FUSABLE, conv_bn_relu_compute, conv_bn_relu_infer,
-                   prepare=_block_prepare(BLOCK_SLOTS)), conv_bn_relu_work)
+                   prepare=_block_prepare(BLOCK_SLOTS), workspace=conv_bn_relu_workspace), conv_bn_relu_work)
 
 
 # -- ConvPoolFCFusionOp --------------------------------------------------------------------
@@ -281,6 +330,11 @@ def conv_pool_fc_compute(inputs, attrs):
     return [out.astype(inputs[0].dtype, copy=False)]
 
 
+def conv_pool_fc_workspace(inputs, attrs) -> list:
+    """The Takes of conv_pool_fc_compute: the conv block's, all scratch (the pooled FC output is small)."""
+    return [workspace.Take(n) for n in _block_workspace(HEAD_SLOTS.read(inputs), attrs)[0]]
+
+
 def _pooled_type(s: dict, attrs) -> tuple:
     block = _conv_block_type(s, attrs)
     _check_channel_concat(attrs, len(block.shape))
@@ -312,4 +366,4 @@ def conv_pool_fc_work(inputs, outputs, attrs):
 
 
 register(OpDef("ConvPoolFCFusionOp", OpKind.OUT_EWISE_FUSABLE, conv_pool_fc_compute, conv_pool_fc_infer,
-               prepare=_block_prepare(HEAD_SLOTS)), conv_pool_fc_work)
+               prepare=_block_prepare(HEAD_SLOTS), workspace=conv_pool_fc_workspace), conv_pool_fc_work)

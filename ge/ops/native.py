@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 
+from ge import workspace
 from ge.ops import openblas
 
 try:       # the compiled module by its full name: it imports nothing (not the ge.ops package)
@@ -71,9 +72,24 @@ def gemm_cpu_seconds(profile: bool) -> float:
     return _native.gemm_profile(profile) if _native is not None else 0.0
 
 
+def winograd_work(m: int, c: int, cout: int, tiles: int) -> int:
+    """Floats of work area `winograd3x3` takes."""
+    return (m + 2) ** 2 * (c + cout) * tiles
+
+
+def gemm_work(x_shape, w_shape, begin, out, strides) -> int:
+    """Floats of work area `conv_gemm` takes (0: a 1x1 stride-1 unpadded conv reads x in place)."""
+    kh, kw = w_shape[2:]
+    direct = kh == kw == 1 and tuple(strides) == (1, 1) and not any(begin) and tuple(out) == tuple(x_shape[2:])
+    return 0 if direct else x_shape[1] * kh * kw * int(out[0]) * int(out[1])
+
+
 def _work(count: int) -> np.ndarray:
-    """A float32 work area of at least `count` elements, kept per thread and grown as needed,
+    """A float32 work area of at least `count` elements: from the forward's workspace (mapped
+    at load, ge/workspace.py) when it runs in one, else kept per thread and grown as needed,
     so a forward's kernels reuse memory that is already mapped (no page faults after the first)."""
+    if count and workspace.current() is not None:
+        return workspace.empty((count,), np.float32)
     buf = getattr(_local, "work", None)
     if buf is None or buf.size < count:
         buf = np.empty(max(count, 1), np.float32)
@@ -99,8 +115,8 @@ def winograd3x3(x: np.ndarray, u: np.ndarray, m: int, begin, out, bias=None, bas
     cout = u.shape[1]
     th, tw = -(-out[0] // m), -(-out[1] // m)
     tiles = n * th * tw
-    y = np.empty((n, cout, out[0], out[1]), np.float32)
-    work = _work((m + 2) ** 2 * (c + cout) * tiles)
+    y = workspace.empty((n, cout, out[0], out[1]), np.float32)
+    work = _work(winograd_work(m, c, cout, tiles))
     _native.winograd3x3(x, n, c, h, w, _floats(u), cout, m, int(begin[0]), int(begin[1]), int(out[0]), int(out[1]),
                         _optional(bias), _optional(base), relu, y, work)
     return y
@@ -116,9 +132,8 @@ def conv_gemm(x: np.ndarray, w: np.ndarray, begin, out, strides, dilations, bias
     cout, _, kh, kw = w.shape
     shape = (n, cout, int(out[0]), int(out[1]))
     if y is None:
-        y = np.empty(shape, np.float32)
-    direct = kh == kw == 1 and tuple(strides) == (1, 1) and not any(begin) and shape[2:] == (h, wd)
-    work = _work(0 if direct else c * kh * kw * shape[2] * shape[3])
+        y = workspace.empty(shape, np.float32)
+    work = _work(gemm_work(x.shape, w.shape, begin, shape[2:], strides))
     _native.conv_gemm(x, n, c, h, wd, _floats(w), cout, kh, kw, int(strides[0]), int(strides[1]), int(dilations[0]),
                       int(dilations[1]), int(begin[0]), int(begin[1]), shape[2], shape[3], _optional(bias),
                       _optional(base), relu, y, work)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
+from ge import workspace
 from ge.ops import native, openblas, winograd
 from ge.ops.common import broadcast_shape
 from ge.ops.registry import OpDef, OpKind, TensorType, register
@@ -103,15 +104,19 @@ def _window_geometry(in_spatial, kernel, attrs, ceil_mode=False) -> Window:
     return Window(begin, end, extra, out, strides, dilations)
 
 
-def _pad_spatial(x: np.ndarray, begin, end, value) -> np.ndarray:
+def _pad_spatial(x: np.ndarray, begin, end, value, take=None) -> np.ndarray:
     """x with `value` around its spatial axes: one filled buffer and one copy into it (what
-    np.pad does for a constant, without its per-axis passes)."""
+    np.pad does for a constant, without its per-axis passes).  `take`: workspace.zeros, for
+    the conv whose declaration (`conv_workspace`) counts the buffer."""
     if not any(begin) and not any(end):
         return x
     if min(begin) < 0 or min(end) < 0:
         return np.pad(x, [(0, 0), (0, 0)] + list(zip(begin, end)), mode="constant", constant_values=value)
     shape = x.shape[:2] + tuple(d + b + e for d, b, e in zip(x.shape[2:], begin, end))
-    out = np.zeros(shape, x.dtype) if value == 0 else np.full(shape, value, x.dtype)
+    if take is not None and value == 0:
+        out = take(shape, x.dtype)
+    else:
+        out = np.zeros(shape, x.dtype) if value == 0 else np.full(shape, value, x.dtype)
     out[(slice(None), slice(None)) + tuple(slice(b, b + d) for b, d in zip(begin, x.shape[2:]))] = x
     return out
 
@@ -263,7 +268,7 @@ def conv_forward(x, w, attrs, bias=None, base=None, base_owned: bool = False, re
     _conv_check(x.shape, w.shape, group)
     out_dtype = x.dtype
     ct = _compute_dtype(x.dtype)
-    x, wc = x.astype(ct, copy=False), w.astype(ct, copy=False)
+    x, wc = workspace.astype(x, ct), w.astype(ct, copy=False)
     nd = x.ndim - 2
     kernel = list(w.shape[2:])
     win = _window_geometry(x.shape[2:], kernel, attrs)
@@ -277,27 +282,81 @@ def conv_forward(x, w, attrs, bias=None, base=None, base_owned: bool = False, re
         raise InvalidNode(f"Conv accumulator shape {list(base.shape)} differs from the output {list(shape)}",
                           "Recompile the model with this version of atc_py.")
     if ct == np.float32 and nd == 2 and group == 1 and native.enabled():
-        return _native_conv(x, w, win, bias, base, base_owned, relu).astype(out_dtype, copy=False)
+        return _conv_result(_native_conv(x, w, win, bias, base, base_owned, relu), out_dtype)
     b = bias.astype(ct, copy=False).reshape(_bias_shape(nd)) if bias is not None else None
     if winograd.applies(ct, w.shape, group, strides, dilations, out):
         y = winograd.conv3x3(x, w, begin, out, bias)           # U cached per weight array as given
-        return _to_result(_relu(_added(y, None, base), relu), out_dtype)
-    xp = _pad_spatial(x, begin, end, 0)
+        return _conv_result(_relu(_added(y, None, base), relu), out_dtype)
+    xp = _pad_spatial(x, begin, end, 0, workspace.zeros)
     if group > 1 and cg == 1:
         y = _depthwise(xp, wc.reshape(group, mg, -1), out, kernel, strides, dilations).reshape(shape)
-        return _to_result(_relu(_added(y, b, base), relu), out_dtype)
+        return _conv_result(_relu(_added(y, b, base), relu), out_dtype)
     if all(k == 1 for k in kernel):
-        cols = _tap(xp, [0] * nd, out, strides).reshape(n, group, cg, p)      # a view at stride 1
+        cols = workspace.contiguous(_tap(xp, [0] * nd, out, strides)).reshape(n, group, cg, p)  # a view at stride 1
     else:
-        cols = _windows(xp, out, kernel, strides, dilations).reshape(n, group, cg * math.prod(kernel), p)  # im2col
+        cols = workspace.contiguous(_windows(xp, out, kernel, strides, dilations)).reshape(
+            n, group, cg * math.prod(kernel), p)                                                # im2col
     if group > 1:
         y = np.matmul(wc.reshape(group, mg, -1), cols).reshape(shape)        # (N, G, Mg, P) via BLAS
-        return _to_result(_relu(_added(y, b, base), relu), out_dtype)
+        return _conv_result(_relu(_added(y, b, base), relu), out_dtype)
     y = _accumulator(shape, ct, b, base, base_owned)
     y2, w2 = y.reshape(n, cout, p), wc.reshape(cout, -1)
     for i in range(n):
         openblas.gemm_into(w2, cols[i, 0], y2[i], accumulate=b is not None or base is not None)
-    return _to_result(_relu(y, relu), out_dtype)
+    return _conv_result(_relu(y, relu), out_dtype)
+
+
+def _conv_result(y: np.ndarray, in_dtype) -> np.ndarray:
+    """_to_result, a float cast made in the workspace."""
+    return _to_result(y, in_dtype) if is_int8(in_dtype) else workspace.astype(y, in_dtype)
+
+
+def conv_workspace(x_shape, x_dtype, w_shape, attrs, base: Optional[bool] = None) -> tuple:
+    """(bytes conv_forward takes from the workspace (ge/workspace.py), in order; the index
+    of the one its result is, or None: an array of its own, or the base it was given to own;
+    whether that result is C-contiguous).  `base`: None without one, else whether
+    conv_forward may own it (`base_owned`)."""
+    ct = _compute_dtype(x_dtype)
+    takes = [] if np.dtype(x_dtype) == ct else [workspace.nbytes(x_shape, ct)]
+    group = int(attrs.get("group", 1))
+    kernel = list(w_shape[2:])
+    win = _window_geometry(tuple(x_shape[2:]), kernel, attrs)
+    shape = tuple(x_shape[:1]) + (w_shape[0],) + tuple(win.out)
+    cast = [] if is_int8(x_dtype) or np.dtype(x_dtype) == ct else [workspace.nbytes(shape, x_dtype)]
+    if ct == np.float32 and len(x_shape) == 4 and group == 1 and native.enabled():
+        native_takes, result = _native_workspace(x_shape, w_shape, win, base)
+        result = None if result is None else len(takes) + result
+        takes += native_takes
+        return takes + cast, (len(takes) if cast else result), True
+    if winograd.applies(ct, w_shape, group, win.strides, win.dilations, win.out):
+        takes += winograd.workspace_takes(x_shape, w_shape, win.out)
+        return takes + cast, len(takes) + len(cast) - 1, bool(cast) or not winograd.crops(win.out)
+    padded = tuple(x_shape[:2]) + tuple(d + b + e for d, b, e in zip(x_shape[2:], win.begin, win.end))
+    if (any(win.begin) or any(win.end)) and min(win.begin) >= 0 and min(win.end) >= 0:
+        takes.append(workspace.nbytes(padded, ct))
+    if group > 1 and x_shape[1] // group == 1:
+        return takes + cast, (len(takes) if cast else None), True
+    if not all(k == 1 for k in kernel) or tuple(win.out) != tuple(padded[2:]):   # im2col, or a strided 1x1 tap
+        takes.append(workspace.nbytes(tuple(x_shape[:2]) + tuple(kernel) + tuple(win.out), ct))
+    if group > 1:
+        return takes + cast, (len(takes) if cast else None), True
+    if base is not True:
+        takes.append(workspace.nbytes(shape, ct))
+    result = None if base is True or is_int8(x_dtype) else len(takes) - 1
+    return takes + cast, (len(takes) if cast else result), True
+
+
+def _native_workspace(x_shape, w_shape, win: Window, base: Optional[bool]) -> tuple:
+    """(the takes of `_native_conv` (ge/ops/native.py: its output, then its work area), the
+    index of its output or None when it writes into the base it owns)."""
+    if winograd.applies(np.float32, w_shape, 1, win.strides, win.dilations, win.out):
+        m = winograd.tiling_for(win.out).m
+        tiles = x_shape[0] * -(-win.out[0] // m) * -(-win.out[1] // m)
+        y = workspace.nbytes((x_shape[0], w_shape[0]) + tuple(win.out), np.float32)
+        return [y, native.winograd_work(m, x_shape[1], w_shape[0], tiles) * 4], 0
+    takes = [] if base is True else [workspace.nbytes((x_shape[0], w_shape[0]) + tuple(win.out), np.float32)]
+    work = native.gemm_work(x_shape, w_shape, win.begin, win.out, win.strides)
+    return takes + ([work * 4] if work else []), (None if base is True else 0)
 
 
 def _native_conv(x, w, win: Window, bias, base, base_owned: bool, relu: bool) -> np.ndarray:
@@ -339,8 +398,13 @@ def _accumulator(shape, dtype, bias, base, base_owned: bool) -> np.ndarray:
             if bias is not None:
                 base += bias
             return base
-        return np.add(base, bias) if bias is not None else np.array(base, order="C")
-    y = np.empty(shape, dtype)
+        y = workspace.empty(shape, dtype)
+        if bias is not None:
+            np.add(base, bias, out=y)
+        else:
+            np.copyto(y, base)
+        return y
+    y = workspace.empty(shape, dtype)
     if bias is not None:
         y[...] = bias
     return y
@@ -386,7 +450,14 @@ def conv_infer(inputs, attrs):
     return [TensorType(cube_result_dtype(x.dtype), (x.shape[0], w.shape[0]) + tuple(out))]
 
 
-register(OpDef("Conv", OpKind.OUT_EWISE_FUSABLE, conv_compute, conv_infer, prepare=conv_prepare))
+def conv_compute_workspace(inputs, attrs) -> list:
+    """conv_compute's Takes (ge/workspace.py): conv_forward's, its result flagged as the output."""
+    takes, result, _ = conv_workspace(inputs[0].shape, inputs[0].dtype, inputs[1].shape, attrs)
+    return [workspace.Take(n, i == result) for i, n in enumerate(takes)]
+
+
+register(OpDef("Conv", OpKind.OUT_EWISE_FUSABLE, conv_compute, conv_infer, prepare=conv_prepare,
+               workspace=conv_compute_workspace))
 
 
 # -- ConvTranspose ---------------------------------------------------------------------------

@@ -89,6 +89,10 @@ class OpDef:
                                       # once at load (simulator/executor.py): each input the constant
                                       # array compute will get, or its TensorDesc; precomputes what
                                       # depends on constants alone (a conv's Winograd weights)
+    workspace: Optional[Callable[[Sequence[object], dict], list]] = None
+                                      # at load (ge/workspace.py): from each input as compute sees
+                                      # it (array or type), the ge.workspace.Takes compute makes,
+                                      # in order, so the model's memory is mapped before a forward
 
     def node_kind(self, attrs: dict) -> OpKind:
         return self.kind_of(attrs) if self.kind_of is not None else self.kind

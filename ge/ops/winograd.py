@@ -34,6 +34,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ge import workspace
+
 
 class Tiling(NamedTuple):
     """F(m x m, 3x3): m output pixels per tile side from a = m + 2 input pixels."""
@@ -210,16 +212,41 @@ def _signed_sum(terms, out) -> bool:
     return sign
 
 
+def _buffers(n: int, c: int, cout: int, out, tiling: Tiling) -> list:
+    """(shape, dtype) of each array conv3x3 takes, in order; the last is its output."""
+    m, a = tiling.m, tiling.m + 2
+    th, tw = -(-out[0] // m), -(-out[1] // m)
+    length, f32 = n * th * tw, np.float32
+    return [((n, c, m * th + 2, m * tw + 2), f32), ((a, a, c * length), f32), ((a, a, c * length), f32),
+            ((2, a, c * length), f32), ((a * a, cout, length), f32), ((m, a, cout * length), f32),
+            ((2, a, cout * length), f32), ((m, m, cout * length), f32), ((n, cout, th, m, tw, m), f32)]
+
+
+def crops(out, tiling: Tiling = None) -> bool:
+    """Whether conv3x3's result is a cropped (non-contiguous) view of whole tiles."""
+    m = (tiling or tiling_for(out)).m
+    return (m * -(-out[0] // m), m * -(-out[1] // m)) != tuple(out)
+
+
+def workspace_takes(x_shape, w_shape, out, tiling: Tiling = None) -> list:
+    """The bytes conv3x3 takes from the workspace (ge/workspace.py), in order; the last holds its output."""
+    tiling = tiling or tiling_for(out)
+    return [workspace.nbytes(shape, dtype)
+            for shape, dtype in _buffers(x_shape[0], x_shape[1], w_shape[0], out, tiling)]
+
+
 def conv3x3(x: np.ndarray, w: np.ndarray, begin, out, bias=None, tiling: Tiling = None) -> np.ndarray:
     """y = conv(x, w) (+ bias) (N, C_out, *out), stride 1, x padded by `begin` before (and by
-    zeros after, as far as `out` needs); float32 in and out."""
+    zeros after, as far as `out` needs); float32 in and out.  Its arrays come from the
+    forward's workspace (`_buffers`, declared by `workspace_takes`)."""
     tiling = tiling or tiling_for(out)
     m, a = tiling.m, tiling.m + 2
     n, c = x.shape[:2]
     u = transformed_weights(w, tiling)
     cout = u.shape[1]
     th, tw = -(-out[0] // m), -(-out[1] // m)
-    xp = np.zeros((n, c, m * th + 2, m * tw + 2), np.float32)
+    shapes = iter(_buffers(n, c, cout, out, tiling))
+    xp = workspace.zeros(*next(shapes))
     h, wd = min(x.shape[2], xp.shape[2] - begin[0]), min(x.shape[3], xp.shape[3] - begin[1])
     xp[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + wd] = x[:, :, :h, :wd]
 
@@ -227,23 +254,25 @@ def conv3x3(x: np.ndarray, w: np.ndarray, begin, out, bias=None, tiling: Tiling 
     s = xp.strides
     tiles = np.lib.stride_tricks.as_strided(xp, (a, a, c, n, th, tw), (s[2], s[3], s[1], s[0], m * s[2], m * s[3]),
                                             writeable=False)
-    d = np.ascontiguousarray(tiles).reshape(a, a, c * n * th * tw)
-    t = np.empty_like(d)
-    work = np.empty((2,) + d.shape[1:], np.float32)
+    d = workspace.empty(*next(shapes))
+    np.copyto(d.reshape(tiles.shape), tiles)
+    t = workspace.empty(*next(shapes))
+    work = workspace.empty(*next(shapes))
     _transform(tiling.bt, d, t, *work)                                       # rows: d[i] is (a, L)
     _transform(tiling.bt, t.swapaxes(0, 1), d.swapaxes(0, 1), *work)        # columns
-    prod = np.matmul(u, d.reshape(a * a, c, n * th * tw)).reshape(a, a, cout * n * th * tw)
+    prod = np.matmul(u, d.reshape(a * a, c, n * th * tw), out=workspace.empty(*next(shapes)))
+    prod = prod.reshape(a, a, cout * n * th * tw)
     if bias is not None:
         point = prod[tiling.bias_point, tiling.bias_point].reshape(cout, -1)
         point += np.asarray(bias, np.float32).reshape(cout, 1)
 
     # A^T m A, rows then columns, in compact (m, m, C_out, N, th, tw) tiles, then scattered
-    r = np.empty((m,) + prod.shape[1:], np.float32)
-    work = np.empty((2,) + prod.shape[1:], np.float32)
+    r = workspace.empty(*next(shapes))
+    work = workspace.empty(*next(shapes))
     _transform(tiling.at, prod, r, *work)
-    yt = np.empty((m, m) + prod.shape[2:], np.float32)
+    yt = workspace.empty(*next(shapes))
     _transform(tiling.at, r.swapaxes(0, 1), yt.swapaxes(0, 1), *work[:, :m])
-    y = np.empty((n, cout, th, m, tw, m), np.float32)
+    y = workspace.empty(*next(shapes))
     np.copyto(y.transpose(3, 5, 1, 0, 2, 4), yt.reshape(m, m, cout, n, th, tw))
     y = y.reshape(n, cout, m * th, m * tw)
     if (m * th, m * tw) != tuple(out):
