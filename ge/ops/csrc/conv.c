@@ -214,38 +214,43 @@ typedef struct {
 /* A block: up to LANES tiles side by side in one row of tiles (image nb, tile row ty, tile
  * columns tx0 ..); tiles are numbered t = (nb * th + ty) * tw + tx, the GEMMs' column. */
 
-/* V[p][ci][t] (p < a*a) = (B^T d B)[p] of input tile t of channel ci, zero outside x. */
+/* V[p][ci][t] (p < a*a) = (B^T d B)[p] of input tile t of channel ci, zero outside x.  One
+ * channel at a time, its tiles in order, so each of the a*a rows of V is written front to
+ * back.  A block's a input rows are first copied into `strip` with the zeros of the padding
+ * around them, so the gather into lanes has no bounds to check. */
+#define STRIP (LANES * 4 + 2)
 INLINE void wino_input_m(const WinoGeom *g, const float *x, float *v, const int m) {
     const int a = m + 2, aa = a * a;
     const int64_t T = g->tiles, hw = g->h * g->w;
     vf d[36];
-    for (int64_t nb = 0; nb < g->n; nb++)
-        for (int64_t ty = 0; ty < g->th; ty++)
-            for (int64_t tx0 = 0; tx0 < g->tw; tx0 += LANES) {
-                const int lanes = (int)(g->tw - tx0 < LANES ? g->tw - tx0 : LANES);
-                const int64_t iy0 = ty * m - g->pt, ix0 = tx0 * m - g->pl, t0 = (nb * g->th + ty) * g->tw + tx0;
-                const int interior = iy0 >= 0 && ix0 >= 0 && iy0 + a <= g->h && ix0 + (lanes - 1) * m + a <= g->w;
-                const float *img = x + nb * g->c * hw;
-                for (int64_t ci = 0; ci < g->c; ci++) {
-                    const float *plane = img + ci * hw;
-                    if (interior) {
-                        const float *src = plane + iy0 * g->w + ix0;
-                        for (int i = 0; i < a; i++)
-                            for (int j = 0; j < a; j++)
-                                for (int l = 0; l < LANES; l++)
-                                    d[i * a + j][l] = l < lanes ? src[i * g->w + l * m + j] : 0.0f;
-                    } else {
-                        for (int i = 0; i < a; i++) {
-                            const int64_t yy = iy0 + i;
-                            const int row_in = yy >= 0 && yy < g->h;
-                            for (int j = 0; j < a; j++)
-                                for (int l = 0; l < LANES; l++) {
-                                    const int64_t xx = ix0 + l * m + j;
-                                    d[i * a + j][l] = (row_in && l < lanes && xx >= 0 && xx < g->w)
-                                                          ? plane[yy * g->w + xx] : 0.0f;
-                                }
+    float strip[6][STRIP];
+    for (int64_t ci = 0; ci < g->c; ci++)
+        for (int64_t nb = 0; nb < g->n; nb++) {
+            const float *plane = x + (nb * g->c + ci) * hw;
+            for (int64_t ty = 0; ty < g->th; ty++)
+                for (int64_t tx0 = 0; tx0 < g->tw; tx0 += LANES) {
+                    const int lanes = (int)(g->tw - tx0 < LANES ? g->tw - tx0 : LANES);
+                    const int64_t iy0 = ty * m - g->pt, ix0 = tx0 * m - g->pl, t0 = (nb * g->th + ty) * g->tw + tx0;
+                    const int width = (lanes - 1) * m + a;
+                    int lo = 0, hi = width;                    /* strip columns [lo, hi) lie inside x */
+                    while (lo < width && ix0 + lo < 0) lo++;
+                    while (hi > lo && ix0 + hi - 1 >= g->w) hi--;
+                    for (int i = 0; i < a; i++) {
+                        const int64_t yy = iy0 + i;
+                        float *row = strip[i];
+                        if (yy < 0 || yy >= g->h) {
+                            for (int q = 0; q < STRIP; q++) row[q] = 0.0f;
+                            continue;
                         }
+                        const float *src = plane + yy * g->w + ix0;
+                        for (int q = 0; q < lo; q++) row[q] = 0.0f;
+                        for (int q = lo; q < hi; q++) row[q] = src[q];
+                        for (int q = hi; q < STRIP; q++) row[q] = 0.0f;
                     }
+                    for (int i = 0; i < a; i++)
+                        for (int j = 0; j < a; j++)
+                            for (int l = 0; l < LANES; l++)
+                                d[i * a + j][l] = strip[i][l * m + j];
                     for (int j = 0; j < a; j++) {              /* B^T d: down each column */
                         if (m == 2) bt_f2(d + j, a); else bt_f4(d + j, a);
                     }
@@ -253,11 +258,16 @@ INLINE void wino_input_m(const WinoGeom *g, const float *x, float *v, const int 
                         if (m == 2) bt_f2(d + i * a, 1); else bt_f4(d + i * a, 1);
                     }
                     float *dst = v + ci * T + t0;
-                    for (int p = 0; p < aa; p++)
-                        for (int l = 0; l < lanes; l++)
-                            dst[p * g->c * T + l] = d[p][l];
+                    if (lanes == LANES)
+                        for (int p = 0; p < aa; p++)
+                            for (int l = 0; l < LANES; l++)
+                                dst[p * g->c * T + l] = d[p][l];
+                    else
+                        for (int p = 0; p < aa; p++)
+                            for (int l = 0; l < lanes; l++)
+                                dst[p * g->c * T + l] = d[p][l];
                 }
-            }
+        }
 }
 
 /* y = A^T M A (+ bias) (+ base), ReLU'd if relu, cropped to (oh, ow). */
@@ -275,28 +285,36 @@ INLINE void wino_output_m(const WinoGeom *g, const float *mm, const float *bias,
                 for (int64_t tx0 = 0; tx0 < g->tw; tx0 += LANES) {
                     const int lanes = (int)(g->tw - tx0 < LANES ? g->tw - tx0 : LANES);
                     const float *src = mm + co * T + (nb * g->th + ty) * g->tw + tx0;
-                    for (int p = 0; p < aa; p++)
-                        for (int l = 0; l < LANES; l++)
-                            s[p][l] = l < lanes ? src[p * g->cout * T + l] : 0.0f;
+                    if (lanes == LANES)
+                        for (int p = 0; p < aa; p++)
+                            for (int l = 0; l < LANES; l++)
+                                s[p][l] = src[p * g->cout * T + l];
+                    else
+                        for (int p = 0; p < aa; p++) {
+                            s[p] = (vf){0};
+                            for (int l = 0; l < lanes; l++)
+                                s[p][l] = src[p * g->cout * T + l];
+                        }
                     for (int j = 0; j < a; j++) {          /* A^T M: down each column -> r (m x a) */
                         if (m == 2) at_f2(s + j, a, r + j, a); else at_f4(s + j, a, r + j, a);
                     }
                     for (int i = 0; i < m; i++) {          /* (A^T M) A: along each row -> o (m x m) */
                         if (m == 2) at_f2(r + i * a, 1, o + i * m, 1); else at_f4(r + i * a, 1, o + i * m, 1);
                     }
-                    const int64_t ox0 = tx0 * m, cols = g->ow - ox0 < (int64_t)lanes * m ? g->ow - ox0
-                                                                                          : (int64_t)lanes * m;
+                    const int64_t ox0 = tx0 * m;
+                    const int cols = (int)(g->ow - ox0 < (int64_t)lanes * m ? g->ow - ox0 : (int64_t)lanes * m);
                     for (int i = 0; i < rows; i++) {
                         const int64_t at = plane + (oy0 + i) * g->ow + ox0;
                         float row[LANES * 4];
                         for (int l = 0; l < LANES; l++)
                             for (int j = 0; j < m; j++)
                                 row[l * m + j] = o[i * m + j][l] + b;
-                        if (base)
-                            for (int64_t k = 0; k < cols; k++) row[k] += base[at + k];
-                        if (relu)
-                            for (int64_t k = 0; k < cols; k++) row[k] = row[k] < 0.0f ? 0.0f : row[k];  /* NaN stays */
-                        memcpy(y + at, row, cols * sizeof(float));
+                        float *dst = y + at;
+                        const float *res = base ? base + at : NULL;
+                        for (int k = 0; k < cols && k < LANES * m; k++) {
+                            float val = res ? row[k] + res[k] : row[k];
+                            dst[k] = relu && val < 0.0f ? 0.0f : val;          /* NaN stays, as np.maximum */
+                        }
                     }
                 }
             }
