@@ -515,20 +515,30 @@ CLONES static void max_pool_plane(const PoolGeom *g, const float *x, float *y) {
         while (ki0 < g->kh && iy0 + ki0 * g->dh < 0) ki0++;
         while (ki1 > ki0 && iy0 + (ki1 - 1) * g->dh >= g->h) ki1--;
         const int full_rows = ki0 == 0 && ki1 == g->kh;
-        for (int64_t ox = 0; ox < g->ow; ox++) {
-            if (ox == lo && full_rows) {              /* interior: no bounds checks */
-                for (; ox < hi; ox++) {
-                    const float *src = x + iy0 * g->w + ox * g->sw - g->pl;
-                    float m = src[0];
-                    for (int64_t ki = 0; ki < g->kh; ki++)
-                        for (int64_t kj = 0; kj < g->kw; kj++) {
-                            float v = src[ki * g->dh * g->w + kj * g->dw];
-                            m = v > m ? v : m;
+        if (full_rows && lo < hi) {      /* interior columns: tap by tap over the whole run (vectorizes) */
+            const float *base = x + iy0 * g->w - g->pl;
+            for (int64_t ki = 0; ki < g->kh; ki++)
+                for (int64_t kj = 0; kj < g->kw; kj++) {
+                    const float *src = base + ki * g->dh * g->w + kj * g->dw;
+                    if (ki == 0 && kj == 0) {
+                        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * g->sw];
+                    } else if (g->sw == 2) {
+                        for (int64_t ox = lo; ox < hi; ox++) {
+                            const float v = src[2 * ox];
+                            dst[ox] = v > dst[ox] ? v : dst[ox];
                         }
-                    dst[ox] = m;
+                    } else {
+                        for (int64_t ox = lo; ox < hi; ox++) {
+                            const float v = src[ox * g->sw];
+                            dst[ox] = v > dst[ox] ? v : dst[ox];
+                        }
+                    }
                 }
-                if (ox >= g->ow)
-                    break;
+        }
+        for (int64_t ox = 0; ox < g->ow; ox++) {
+            if (full_rows && ox == lo && lo < hi) {
+                ox = hi - 1;                              /* done above */
+                continue;
             }
             const int64_t ix0 = ox * g->sw - g->pl;
             float m = -INFINITY;
