@@ -76,6 +76,10 @@ SHAPES = [
     ((2, 4, 11, 12), (3, 4, 3, 2), {"strides": [3, 1], "dilations": [2, 3], "pads": [2, 1, 0, 3]}),
     ((1, 2, 5, 5), (3, 2, 3, 3), {"pads": [4, 4, 4, 4]}),                        # pads wider than the kernel
     ((1, 4, 7, 7), (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}),                        # too few tiles: im2col
+    # small weights over a large map run as blocks of output rows (conv.c, rows_per_block):
+    # a stem in blocks of 20, 20 and 19 rows; a strided 1x1 in blocks of 25 and 19 rows
+    ((2, 3, 118, 117), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 2, 3, 3]}),
+    ((1, 64, 88, 60), (64, 64, 1, 1), {"strides": [2, 1]}),
 ]
 
 
