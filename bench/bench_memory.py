@@ -196,8 +196,9 @@ def startup() -> tuple:
 # writing stage: `hash` is the time inside SHA-256's update (on whichever thread), `write`
 # inside the file writes, `pack` making the packed weights' chunks (ge/deferred.py), `wait`
 # the writing thread waiting for the hashing thread (om_format/container.py), and
-# `hash_thread` how many of the payload's bytes the second thread hashed; the process's
-# minor page faults (the mapped weights are read through them) are counted too.
+# `hash_thread` how many of the payload's bytes the second thread hashed; each also as CPU
+# time of the thread it ran on (on a loaded machine the wall times stretch, the CPU times
+# much less); the process's minor page faults (the mapped weights are read through them).
 _STAGES = """\
 import sys, time, json, threading, resource
 t0 = time.perf_counter()
@@ -210,6 +211,7 @@ from om_format import container
 started = time.perf_counter()
 marks = [("start-up", t0)]
 spent = {"hash": 0.0, "write": 0.0, "pack": 0.0, "wait": 0.0}
+cpu = dict.fromkeys(spent, 0.0)
 threaded_bytes = [0]
 
 
@@ -220,11 +222,12 @@ class Clock(Progress):
 
 def clocked(key, method):
     def timed(*args, **kwargs):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         try:
             return method(*args, **kwargs)
         finally:
             spent[key] += time.perf_counter() - t
+            cpu[key] += time.thread_time() - c
     return timed
 
 
@@ -269,6 +272,7 @@ marks.append(("end", time.perf_counter()))
 stages = [(name, round(b - a, 3)) for (name, a), (_, b) in zip(marks, marks[1:])]
 print(json.dumps({"total_s": round(marks[-1][1] - t0, 3), "stages": stages,
                   **{f"{key}_s": round(value, 6) for key, value in spent.items()},
+                  **{f"{key}_cpu": round(value, 6) for key, value in cpu.items()},
                   "hash_thread_bytes": threaded_bytes[0],
                   "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt}))
 """
@@ -284,8 +288,10 @@ def stages(path: str, out_stem: str) -> dict:
 
 def _inside(stage_clock: dict) -> str:
     """What the writing stage spent its time in (see _STAGES)."""
-    return (f"SHA-256 {stage_clock['hash_s']:.2f} s ({stage_clock['hash_thread_bytes'] / 1e9:.2f} GB of it on the "
-            f"second thread), file writes {stage_clock['write_s']:.2f} s, packing weights {stage_clock['pack_s']:.2f} s, "
+    return (f"SHA-256 {stage_clock['hash_s']:.2f} s (CPU {stage_clock['hash_cpu']:.2f} s; "
+            f"{stage_clock['hash_thread_bytes'] / 1e9:.2f} GB of it on the second thread), "
+            f"file writes {stage_clock['write_s']:.2f} s (CPU {stage_clock['write_cpu']:.2f} s), "
+            f"packing weights {stage_clock['pack_s']:.2f} s (CPU {stage_clock['pack_cpu']:.2f} s), "
             f"waiting for the hash {stage_clock['wait_s']:.2f} s, {stage_clock['minor_faults']} minor page faults")
 
 
