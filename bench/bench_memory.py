@@ -29,7 +29,7 @@ an attention mask):
 its own process, and is kept in the work folder (delete it when done: it is big).
 
 usage: nice -n 10 python bench/bench_memory.py [--models bert_base,decoder_1b] [--rounds 5]
-                                               [--workdir DIR] [--keep]
+                                               [--workdir DIR] [--keep] [--hash-thread auto|on|off]
        python bench/bench_memory.py export-decoder OUT_DIR
 """
 from __future__ import annotations
@@ -263,6 +263,8 @@ def init(self, f, *args, **kwargs):
 
 
 container._HashingWriter.__init__ = init
+if sys.argv[4] != "auto":                # the hashing thread forced on or off (--hash-thread)
+    container._spare_core = lambda: sys.argv[4] == "on"
 deferred.ColumnConcat._rows_into = clocked("pack", deferred.ColumnConcat._rows_into)
 options = make_options(model=sys.argv[1], output=sys.argv[2], soc_version=sys.argv[3], framework="5", log="null",
                        mode="0")
@@ -278,9 +280,9 @@ print(json.dumps({"total_s": round(marks[-1][1] - t0, 3), "stages": stages,
 """
 
 
-def stages(path: str, out_stem: str) -> dict:
+def stages(path: str, out_stem: str, hash_thread: str = "auto") -> dict:
     """Where one compile's time goes (see _STAGES), in a fresh process; its .om removed."""
-    seconds, _, cpu, out = run_process([sys.executable, "-c", _STAGES, path, out_stem, SOC], ROOT)
+    seconds, _, cpu, out = run_process([sys.executable, "-c", _STAGES, path, out_stem, SOC, hash_thread], ROOT)
     os.remove(out_stem + ".om")
     found = json.loads(out.strip().splitlines()[-1])
     return {**found, "process_s": seconds, "process_cpu": cpu}
@@ -312,7 +314,7 @@ def _median(rows: list, key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
-def bench(name: str, workdir: str, rounds: int, keep: bool) -> dict:
+def bench(name: str, workdir: str, rounds: int, keep: bool, hash_thread: str = "auto") -> dict:
     path = prepare(name, workdir)
     weights, files = model_files(path)
     folder = os.path.dirname(path)
@@ -348,7 +350,7 @@ def bench(name: str, workdir: str, rounds: int, keep: bool) -> dict:
         rows.append(row)
     om_bytes = os.path.getsize(out_stem + ".om")
     opened = open_om_rss(out_stem + ".om")
-    breakdown = stages(path, out_stem + "_stages")
+    breakdown = stages(path, out_stem + "_stages", hash_thread)
     print(f"  {name} stages: " + ", ".join(f"{n} {t:.2f} s" for n, t in breakdown["stages"])
           + f"; inside them {_inside(breakdown)}; total {breakdown['total_s']:.2f} s (load {_load()})", flush=True)
     by_buffer = {c: (_median(rows, f"floor_s_{c}"), _median(rows, f"floor_cpu_{c}")) for c in FLOOR_BUFFERS}
@@ -403,12 +405,15 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "atc_py_bench_memory"))
     parser.add_argument("--keep", action="store_true", help="keep the .om files (the models are always kept)")
+    parser.add_argument("--hash-thread", choices=("auto", "on", "off"), default="auto",
+                        help="the clocked compile only: the .om writer decides whether to hash on a second thread "
+                             "(auto, as every compile does), or is told to (on: what it does on two free cores)")
     args = parser.parse_args(argv)
     compile_bytecode()
     results = []
     for name in args.models.split(","):
         print(f"{name}:", flush=True)
-        results.append(bench(name, args.workdir, args.rounds, args.keep))
+        results.append(bench(name, args.workdir, args.rounds, args.keep, args.hash_thread))
     print(report(results))
     print(json.dumps([{k: v for k, v in r.items() if k != "rounds"} for r in results]))
     if not args.keep and os.path.isdir(args.workdir):

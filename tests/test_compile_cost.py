@@ -100,4 +100,6 @@ they overlap, so each is at most that stage, not their sum)."""
     assert 0 < found["hash_s"] <= writing + 0.01 and 0 < found["write_s"] <= writing + 0.01
     assert 0 <= found["wait_s"] <= writing + 0.01 and 0 <= found["pack_s"] <= writing + 0.01
     assert found["hash_thread_bytes"] >= 0 and found["minor_faults"] > 0
+    inline = bench_memory.stages(path, str(tmp_path / "m"), hash_thread="off")
+    assert inline["hash_thread_bytes"] == 0 and inline["wait_s"] == 0
     assert not os.path.exists(tmp_path / "m.om")
