@@ -190,48 +190,34 @@ def test_the_kernels_check_what_python_hands_them():
 
 # -- fused kernels on both paths against onnxruntime on the unfused graph -----------------
 
-def _fusion_tests():
+def _on_path(path: str, test, *args):
+    """Run one of tests/test_fusion_conv.py's tests on the compiled or on the numpy path."""
+    if path == "compiled" and not native.enabled():
+        pytest.skip("compiled conv kernels not built")
     import test_fusion_conv as fusion      # tests/ is on the path (conftest.py)
 
-    return fusion
+    if path == "numpy":
+        with native.numpy_only():
+            getattr(fusion, test)(*args)
+    else:
+        getattr(fusion, test)(*args)
 
 
 @pytest.mark.parametrize("path", ["compiled", "numpy"])
 @pytest.mark.parametrize("name", ["conv_bn_relu", "conv_bn_add_relu", "conv_bn_add_broadcast", "conv_leaky"])
 def test_conv_blocks_match_onnxruntime_on_both_paths(name, path):
-    if path == "compiled" and not native.enabled():
-        pytest.skip("compiled conv kernels not built")
-    fusion = _fusion_tests()
-    if path == "numpy":
-        with native.numpy_only():
-            fusion.test_conv_variant_fuses_and_matches_ort(name)
-    else:
-        fusion.test_conv_variant_fuses_and_matches_ort(name)
+    _on_path(path, "test_conv_variant_fuses_and_matches_ort", name)
 
 
 @pytest.mark.parametrize("path", ["compiled", "numpy"])
 @pytest.mark.parametrize("name", ["torchscript_bn_kept", "no_activation"])
 def test_residual_conv_blocks_match_onnxruntime_on_both_paths(name, path):
-    if path == "compiled" and not native.enabled():
-        pytest.skip("compiled conv kernels not built")
-    fusion = _fusion_tests()
-    if path == "numpy":
-        with native.numpy_only():
-            fusion.test_residual_conv_fuses_both_convs_and_matches_ort(name)
-    else:
-        fusion.test_residual_conv_fuses_both_convs_and_matches_ort(name)
+    _on_path(path, "test_residual_conv_fuses_both_convs_and_matches_ort", name)
 
 
 @pytest.mark.parametrize("path", ["compiled", "numpy"])
 def test_resnet50_small_matches_onnxruntime_on_both_paths(path):
-    if path == "compiled" and not native.enabled():
-        pytest.skip("compiled conv kernels not built")
-    fusion = _fusion_tests()
-    if path == "numpy":
-        with native.numpy_only():
-            fusion.test_resnet50_small_every_conv_fused()
-    else:
-        fusion.test_resnet50_small_every_conv_fused()
+    _on_path(path, "test_resnet50_small_every_conv_fused")
 
 
 @needs_native
