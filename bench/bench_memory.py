@@ -201,7 +201,7 @@ def startup() -> tuple:
 # much less); the process's minor page faults (the mapped weights are read through them).
 _STAGES = """\
 import sys, time, json, threading, resource
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 import cli, atc_py.api, atc_py.compiler, atc_py.driver, atc_py.report
 from atc_py.api import make_options, run
 from atc_py.log import Logger
@@ -210,6 +210,7 @@ from ge import deferred
 from om_format import container
 started = time.perf_counter()
 marks = [("start-up", t0)]
+cpu_marks = [c0]                            # the process's CPU time (all threads) at each mark
 spent = {"hash": 0.0, "write": 0.0, "pack": 0.0, "wait": 0.0}
 cpu = dict.fromkeys(spent, 0.0)
 threaded_bytes = [0]
@@ -218,6 +219,7 @@ threaded_bytes = [0]
 class Clock(Progress):
     def stage(self, name, total=0):
         marks.append(("writing the .om" if name.startswith("Writing ") else name.lower(), time.perf_counter()))
+        cpu_marks.append(time.process_time())
 
 
 def clocked(key, method):
@@ -269,10 +271,13 @@ deferred.ColumnConcat._rows_into = clocked("pack", deferred.ColumnConcat._rows_i
 options = make_options(model=sys.argv[1], output=sys.argv[2], soc_version=sys.argv[3], framework="5", log="null",
                        mode="0")
 marks.append(("options", started))
+cpu_marks.append(time.process_time())
 run(options, Logger(level=4, quiet=True), Clock())
 marks.append(("end", time.perf_counter()))
+cpu_marks.append(time.process_time())
 stages = [(name, round(b - a, 3)) for (name, a), (_, b) in zip(marks, marks[1:])]
-print(json.dumps({"total_s": round(marks[-1][1] - t0, 3), "stages": stages,
+stages_cpu = [(name, round(b - a, 3)) for (name, _), a, b in zip(marks, cpu_marks, cpu_marks[1:])]
+print(json.dumps({"total_s": round(marks[-1][1] - t0, 3), "stages": stages, "stages_cpu": stages_cpu,
                   **{f"{key}_s": round(value, 6) for key, value in spent.items()},
                   **{f"{key}_cpu": round(value, 6) for key, value in cpu.items()},
                   "hash_thread_bytes": threaded_bytes[0],
@@ -286,6 +291,11 @@ def stages(path: str, out_stem: str, hash_thread: str = "auto") -> dict:
     os.remove(out_stem + ".om")
     found = json.loads(out.strip().splitlines()[-1])
     return {**found, "process_s": seconds, "process_cpu": cpu}
+
+
+def _stage_list(stage_clock: dict) -> str:
+    return ", ".join(f"{n} {t:.2f} s (CPU {c:.2f} s)"
+                     for (n, t), (_, c) in zip(stage_clock["stages"], stage_clock["stages_cpu"]))
 
 
 def _inside(stage_clock: dict) -> str:
@@ -351,7 +361,7 @@ def bench(name: str, workdir: str, rounds: int, keep: bool, hash_thread: str = "
     om_bytes = os.path.getsize(out_stem + ".om")
     opened = open_om_rss(out_stem + ".om")
     breakdown = stages(path, out_stem + "_stages", hash_thread)
-    print(f"  {name} stages: " + ", ".join(f"{n} {t:.2f} s" for n, t in breakdown["stages"])
+    print(f"  {name} stages: " + _stage_list(breakdown)
           + f"; inside them {_inside(breakdown)}; total {breakdown['total_s']:.2f} s (load {_load()})", flush=True)
     by_buffer = {c: (_median(rows, f"floor_s_{c}"), _median(rows, f"floor_cpu_{c}")) for c in FLOOR_BUFFERS}
     best = min(FLOOR_BUFFERS, key=lambda c: by_buffer[c][0])
@@ -382,7 +392,7 @@ def report(results: list) -> str:
         lines.append(f"\n{r['model']}: floor medians by buffer: " + ", ".join(
             f"{k} {t:.2f} s (CPU {c:.2f} s)" for k, (t, c) in r["floors"].items()))
         st = r["stages"]
-        lines.append(f"{r['model']}: one compile's stages (wall): " + ", ".join(f"{n} {t:.2f} s" for n, t in st["stages"])
+        lines.append(f"{r['model']}: one compile's stages (wall, CPU of all threads): " + _stage_list(st)
                      + f"; inside them {_inside(st)}; "
                      f"{st['total_s']:.2f} s from the first import, {st['process_s']:.2f} s for the process "
                      f"(CPU {st['process_cpu']:.2f} s)")

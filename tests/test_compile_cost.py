@@ -96,6 +96,7 @@ they overlap, so each is at most that stage, not their sum)."""
     names = [name for name, _ in found["stages"]]
     assert names[0] == "start-up" and names[-1] == "writing the .om" and "fusion passes" in names
     assert abs(sum(t for _, t in found["stages"]) - found["total_s"]) <= 0.01
+    assert [n for n, _ in found["stages_cpu"]] == names and all(c >= 0 for _, c in found["stages_cpu"])
     writing = dict(found["stages"])["writing the .om"]
     assert 0 < found["hash_s"] <= writing + 0.01 and 0 < found["write_s"] <= writing + 0.01
     assert 0 <= found["wait_s"] <= writing + 0.01 and 0 <= found["pack_s"] <= writing + 0.01
