@@ -4,8 +4,8 @@ whose parts stay in their memory-mapped files.
 Why: GatedMLP packs a decoder layer's gate and up weights into one [K, 2I] weight.  Packed
 eagerly, that is a copy of a third of a decoder's weights (2 GB for a 1.1B model, 2.8 s of
 page faults and copying) made only to be written to the .om once.  A `ColumnConcat` keeps
-views of its parts instead: the .om writer streams its rows through one reused buffer
-(`chunks`, in the writer's ring of buffers), the weights builder fingerprints it from a few rows (`byte_range`), and whoever
+views of its parts instead: the .om writer streams its rows through a few reused buffers
+(`chunks`, made in the weights builder's ring), the weights builder fingerprints it from a few rows (`byte_range`), and whoever
 needs the values as an array (`ge.ir.Value.const`) gets them computed then, once.
 """
 from __future__ import annotations

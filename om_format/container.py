@@ -164,9 +164,9 @@ class _HashingWriter:
     system time vs 2.2-2.9 s).  The two threads meet only when IN_FLIGHT chunks are written
     and not yet hashed: then `write` waits for the oldest.  So neither waits for the other
     chunk by chunk -- a chunk that is slow to make (a packed weight's rows, ge/deferred.py)
-    is made up by the hash of the ones before it, and a slow hash by the writes after it;
-    the compile of the 1.1B decoder takes what the slower of the two takes in all, not the
-    sum of the slower of each chunk (bench/RESULTS.md, memory section).  A chunk must stay
+    is made up by the hash of the ones before it, and a slow hash by the writes after it:
+    the writing stage takes about what the busier thread takes in all, not the sum over the
+    chunks of the slower of the two (bench/RESULTS.md, memory section).  A chunk must stay
     valid until it is hashed: after `write` returns, at most IN_FLIGHT chunks are not, so a
     source that reuses buffers needs IN_FLIGHT + 1 of them (om_format.weights.BufferRing); views of mapped
     or held arrays stay valid anyway.  SHA-256 takes the bytes in file order: the queue keeps
