@@ -84,6 +84,9 @@ class Workspace:
     def __len__(self) -> int:
         return len(self._buffers)
 
+    def sizes(self) -> list:
+        return [b.nbytes for b in self._buffers]
+
     def reserve(self, sizes: Iterable[int]) -> None:
         """Map a buffer of each size and touch its pages: the cost of a forward's memory, paid here."""
         for size in sizes:
@@ -210,14 +213,16 @@ class Take:
     output: bool = False
 
 
-def plan_sizes(steps: list) -> list:
+def plan_sizes(steps: list, have: Iterable[int] = ()) -> list:
     """The buffer sizes a forward takes, found by running the pool's best-fit rule over
     `steps`, one (takes, inputs, outputs, last_use, declared) per kernel: its Takes in order,
     ids of the values it reads, ids of its outputs, the step index of each output's last
     reader (None: a graph output, kept to the end), and whether the kernel declares its
     allocations.  Outputs of a kernel that declares nothing may be views of its inputs (a
-    Reshape's) or of what was taken for it: those buffers then live as long as its outputs."""
-    free: list = []                  # sizes of free buffers, ascending
+    Reshape's) or of what was taken for it: those buffers then live as long as its outputs.
+    `have`: sizes of buffers the pool holds already (all free between forwards); the result
+    is what it must add."""
+    free: list = sorted(_round(size) for size in have)     # sizes of free buffers, ascending
     made: list = []
     owner: dict = {}                 # value id -> sizes of the buffers it keeps alive
     until: dict = {}                 # value id -> step index after which it dies

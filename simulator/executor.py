@@ -151,15 +151,15 @@ class Plan:
     workspace: Optional[workspace.Workspace] = None     # the forwards' memory (`reserve_workspace`)
 
 
-def reserve_workspace(plan: Plan) -> workspace.Workspace:
+def reserve_workspace(plan: Plan, ws: Optional[workspace.Workspace] = None) -> Optional[workspace.Workspace]:
     """Map and touch the memory a forward of this (static-shape) plan takes -- kernels'
-    outputs and scratch, inputs converted to a kernel's dtype -- and have every later
-    `execute` of it take from there (ge/workspace.py); once per plan."""
-    if plan.workspace is None:
-        ws = workspace.Workspace()
-        if not plan.graph.is_dynamic:
-            ws.reserve(workspace.plan_sizes(_workspace_steps(plan)))
-            plan.workspace = ws
+    outputs and scratch, inputs converted to a kernel's dtype -- beyond what `ws` (a pool
+    shared with other plans, e.g. a gear model's other gears) already holds, and have every
+    later `execute` of it take from there (ge/workspace.py); once per plan."""
+    if plan.workspace is None and not plan.graph.is_dynamic:
+        ws = ws if ws is not None else workspace.Workspace()
+        ws.reserve(workspace.plan_sizes(_workspace_steps(plan), ws.sizes()))
+        plan.workspace = ws
     return plan.workspace
 
 

@@ -28,6 +28,7 @@ from ge.files import Outputs, open_input
 from ge.symbolic import Dim
 from simulator.cost_model import Chip, KernelCost, load_chip, super_kernel_durations
 from simulator import blas, host_memory, tensor_files
+from ge.workspace import Workspace
 from simulator.executor import DynamicRun, Plan, execute, live_bytes, prepare, reserve_workspace, run_graph
 from simulator.pricing import node_costs
 
@@ -55,7 +56,8 @@ class Model:
     graph is that gear's subgraph, run after the root graph's MapIndex picked it.  A
     dynamic-shape model keeps the task timings of every set of sizes it ran at
     (`timings_by_shape`).  `plan` is the graph prepared for the numeric executor, built once
-    (at load, or on first use)."""
+    (at load, or on first use); the memory its forwards take (`workspace`) is one pool for
+    all the gears' views, each view made once."""
 
     path: str
     loaded: LoadedOm
@@ -63,6 +65,8 @@ class Model:
     gear: Optional[int] = None
     timings_by_shape: dict = field(default_factory=dict)
     _plan: Optional[Plan] = field(default=None, repr=False)
+    workspace: Workspace = field(default_factory=Workspace, repr=False)
+    _views: dict = field(default_factory=dict, repr=False)
 
     @property
     def plan(self) -> Plan:
@@ -78,7 +82,7 @@ class Model:
         (host_memory.py: per process, and a forked worker inherits it), the BLAS library
         found.  The first forward then costs what the others do."""
         plan = _as_recorded(self, lambda: self.plan)
-        reserve_workspace(plan)
+        reserve_workspace(plan, self.workspace)
         host_memory.keep_freed_memory()
         blas.threads()                       # finds the BLAS library (reads /proc/self/maps) once
         return plan
@@ -104,11 +108,19 @@ class Model:
         return nodes
 
     def for_gear(self, index: int) -> "Model":
-        """The view of gear `index`: its subgraph, dtypes and tasks (the gears stay reachable)."""
+        """The view of gear `index`: its subgraph, dtypes and tasks (the gears stay reachable);
+        made once, so its plan is prepared once, and sharing this model's workspace (one gear
+        runs at a time).  The first gear's graph is the model's own: its plan too is shared."""
+        if index in self._views:
+            return self._views[index]
         branch = self.gears.branches[index].loaded
         view = LoadedOm(branch.om, branch.graph, branch.compute_dtypes, branch.tasks, branch.task_def,
                         branch.soc_version, branch.precision_mode, self.gears, self.loaded.enable_small_channel)
-        return Model(self.path, view, self.chip, index)
+        model = Model(self.path, view, self.chip, index, workspace=self.workspace, _views=self._views)
+        if branch.graph is self.graph and branch.compute_dtypes is self.loaded.compute_dtypes:
+            model._plan = self._plan
+        self._views[index] = model
+        return model
 
 
 

@@ -182,3 +182,26 @@ def test_infer_session_takes_a_gear(work, capsys, batch_om):
         session.set_dynamic_batchsize(3)
     with pytest.raises(AtcError, match="not --dynamic_image_size"):
         session.set_dynamic_hw(8, 8)
+
+
+def test_a_gear_is_prepared_once_and_the_gears_share_one_workspace(work, capsys, batch_om):
+    """Switching gears reuses each gear's view (its plan prepared once) and one pool of
+    memory: running gear 4 after gear 1 maps only what gear 1's buffers cannot serve, and
+    running gear 1 again maps nothing (ge/workspace.py)."""
+    from simulator import runner
+
+    _, om = batch_om
+    session = atc_py.InferSession(om)
+    first = session._root.for_gear(0)
+    assert session._root.for_gear(0) is first and first.workspace is session._root.workspace
+    for batch in (1, 4, 1, 4):
+        session.infer([np.ones((batch, 3, 8, 8), np.float32)])
+    ws = session._root.workspace
+    count = len(ws)
+    view = session._root.for_gear(2)
+    plan = view.plan
+    session.infer([np.ones((1, 3, 8, 8), np.float32)])
+    session.infer([np.ones((4, 3, 8, 8), np.float32)])
+    assert view.plan is plan and len(ws) == count and ws.grown == 0
+    assert runner.forward(view, {"x": np.ones((4, 3, 8, 8), np.float32)})     # the same pool, no new buffer
+    assert len(ws) == count
