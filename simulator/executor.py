@@ -191,11 +191,13 @@ def _workspace_steps(plan: Plan) -> list:
             else:
                 seen.append(arg[1])
         declare = getattr(step.op, "workspace", None)
+        declared = None
         if declare is not None:
             try:
-                takes += declare(seen, step.attrs)
+                declared = declare(seen, step.attrs)       # None: the kernel cannot say (its outputs may be views)
             except Exception:          # only a forecast: the forward's kernel reports what is wrong
-                declare = None
+                declared = None
+        takes += declared or []
         for v in node.outputs:          # a float kernel stores its outputs in its compute dtype (a Cast in its own)
             desc = np.dtype(v.desc.dtype)
             fits = step.dtype is not None and node.op_type != "Cast" and _converts_dtype(desc, step.dtype)
@@ -204,7 +206,7 @@ def _workspace_steps(plan: Plan) -> list:
         ends = [None if id(v) in graph_outputs else last_use.get(id(v), index) if kept else index
                 for v, kept in zip(node.outputs, step.kept)]
         inputs = [arg[1] for arg in step.args if arg is not None and arg[0] is False]
-        steps.append((takes, inputs, outputs, ends, declare is not None))
+        steps.append((takes, inputs, outputs, ends, declared is not None))
     return steps
 
 

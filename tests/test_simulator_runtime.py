@@ -156,14 +156,25 @@ def test_the_first_forward_of_the_readme_model_costs_at_most_1_5x_a_steady_one(r
     assert max(grown for _, grown in runs) <= 16, runs
 
 
-def test_the_workspace_planned_at_load_is_all_a_forward_takes(readme_om, om):
-    """The sizes planned from the kernels' declarations (OpDef.workspace) are the buffers the
-    forwards ask for: none is mapped after load, every one is used, the outputs are the
-    same bytes as without a workspace and are not overwritten by the next forward."""
-    for path in (readme_om, om):
+@pytest.fixture(scope="module")
+def vit_om(tmp_path_factory):
+    """A small ViT: its patch embedding is an autofused group (a conv block + the position Add)."""
+    d = tmp_path_factory.mktemp("vit")
+    path = zoo.save("vit_base", str(d), small=True)
+    assert atc_cli.main([f"--model={path}", "--framework=5", f"--output={d / 'vit'}", "--soc_version=Ascend910",
+                         "--log=error"]) == 0
+    return str(d / "vit.om")
+
+
+def test_the_workspace_planned_at_load_is_all_a_forward_takes(readme_om, om, vit_om):
+    """The sizes planned from the kernels' declarations (OpDef.workspace, an autofused
+    group's from its members') are the buffers the forwards ask for: none is mapped after
+    load, the outputs are the same bytes as without a workspace and are not overwritten by
+    the next forward."""
+    for path in (readme_om, om, vit_om):
         model = runner.load_model(path)
         ws = model.plan.workspace
-        assert ws is not None and len(ws) > 0
+        assert ws is not None and len(ws) > 0 and ws.grown == 0
         feeds = runner.random_inputs(model.graph, 0)
         first = runner.forward(model, feeds, blas_threads=1)
         kept = {k: v.copy() for k, v in first.items()}

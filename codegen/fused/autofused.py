@@ -32,6 +32,7 @@ import numpy as np
 
 from codegen.registry import kernel_of, register
 from codegen.work import Work
+from ge import workspace
 from ge.dynamic import bind, instantiate
 from ge.errors import InternalError, InvalidNode
 from ge.ops.common import FLOAT_TYPES, with_impl
@@ -292,6 +293,36 @@ def work(inputs, outputs, attrs):
     return total
 
 
+def workspace_takes(inputs, attrs) -> list:
+    """The Takes of `compute` (ge/workspace.py): its members' declared ones in order, all held
+    until the group returns; a take holds the group's output if it holds a member output the
+    group exports.  A view member (a Reshape: `no_task`) returns views of its inputs, so its
+    outputs are held by whatever holds them; another that declares nothing makes arrays of
+    its own.  None (nothing declared: the executor then keeps the group's inputs alive with
+    its outputs) when an output may be one of the group's inputs or a view of one."""
+    sub = _subgraph(attrs)
+    forced = _override(sub, inputs)
+    values = sub.bindings(_shapes(inputs))
+    takes: list = []
+    holders: dict = {("i", k): [-1] for k in range(len(inputs))}    # ref -> the takes that may hold it (-1: an input)
+    for index, ((op_type, op_attrs, refs, _), (ins, outs)) in enumerate(zip(sub.ops, member_types(sub, forced, values))):
+        dtype = forced or _member_dtype(sub, index)
+        kernel = kernel_of(op_type)
+        declare = kernel.op.workspace
+        if declare is None:
+            held = sorted({k for r in refs if r is not None for k in holders.get(tuple(r), ())}) if kernel.no_task else []
+        else:
+            member = declare([_retype(t, dtype) for t in ins], with_impl(attrs, sub.at(values, op_attrs)))
+            held = [len(takes) + k for k, take in enumerate(member) if take.output]
+            takes += member
+        for j in range(len(outs)):
+            holders[("o", index, j)] = held
+    exported = {k for r in sub.outputs for k in holders[tuple(r)]}
+    if -1 in exported:
+        return None
+    return [workspace.Take(take.nbytes, k in exported) for k, take in enumerate(takes)]
+
+
 def kind_of(attrs: dict) -> OpKind:
     """A group that holds a conv/matmul anchor is a cube kernel (its precision follows the
     cube's under allow_mix_precision); a pointwise/reduce group is not."""
@@ -300,4 +331,4 @@ def kind_of(attrs: dict) -> OpKind:
     return OpKind.OUT_EWISE_FUSABLE if anchored else OpKind.OPAQUE
 
 
-register(OpDef(OP_TYPE, OpKind.OPAQUE, compute, infer, kind_of=kind_of), work)
+register(OpDef(OP_TYPE, OpKind.OPAQUE, compute, infer, kind_of=kind_of, workspace=workspace_takes), work)

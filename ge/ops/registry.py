@@ -93,6 +93,7 @@ class OpDef:
                                       # at load (ge/workspace.py): from each input as compute sees
                                       # it (array or type), the ge.workspace.Takes compute makes,
                                       # in order, so the model's memory is mapped before a forward
+                                      # (None: it cannot say, e.g. an output may be an input's view)
 
     def node_kind(self, attrs: dict) -> OpKind:
         return self.kind_of(attrs) if self.kind_of is not None else self.kind
