@@ -23,7 +23,7 @@ from om_format.attrs import string_bytes
 
 ALIGN = 64
 CHUNK_BYTES = 16 << 20       # what the writer gets per chunk: large enough to hash and write fast
-CHUNKS_IN_FLIGHT = 4         # chunks the .om writer may have written but not yet hashed (om_format.container)
+CHUNKS_IN_FLIGHT = 8         # chunks the .om writer may have written but not yet hashed (om_format.container)
 _PROBE = 4096                # bytes read at the start, middle and end of an array to fingerprint it
 _COMPARE = 4 << 20           # bytes compared at a time when two arrays share a fingerprint
 _GROUP_BY_DIGEST = 4         # distinct arrays per fingerprint before they are told apart by SHA-256
