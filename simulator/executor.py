@@ -186,7 +186,8 @@ def _workspace_steps(plan: Plan) -> list:
                     dtype = np.dtype(step.dtype)
                     takes.append(workspace.Take(workspace.nbytes(value.desc.shape, dtype)))
                 seen.append(TensorType(dtype, tuple(value.desc.shape)))
-            elif arg[0] is None:           # a constant each forward converts (not from the workspace's plan)
+            elif arg[0] is None:           # a constant over the conversion cap: each forward converts it
+                takes.append(workspace.Take(workspace.nbytes(arg[1].shape, step.dtype)))
                 seen.append(TensorType(np.dtype(step.dtype), tuple(arg[1].shape)))
             else:
                 seen.append(arg[1])

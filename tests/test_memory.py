@@ -205,6 +205,7 @@ def test_the_simulator_s_prepared_plan_keeps_weights_mapped_over_its_conversion_
     assert got.keys() == expected.keys()
     for name in got:
         np.testing.assert_array_equal(got[name], expected[name])
+    assert plan.workspace.grown == 0          # those conversions were planned in the workspace at load
 
 
 def test_a_failed_write_leaves_no_om_and_no_temp_file(tmp_path, monkeypatch, capsys):
