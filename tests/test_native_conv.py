@@ -238,3 +238,39 @@ def test_max_pool_c_equals_numpy_with_nans_pads_and_ceil_mode():
         x[rng.random(x.shape) < 0.05] = -np.inf
         got, ref = _both(lambda: nn.max_pool_compute([x], attrs)[0])
         np.testing.assert_array_equal(got, ref, err_msg=str(attrs))
+
+
+@needs_native
+def test_max_pool_windows_wider_than_x_equal_numpy():
+    """Windows larger than the map (pads below the kernel, as onnxruntime requires): most of
+    each window is padding, the first tap often outside, NaNs inside -- the same bits."""
+    rng = np.random.default_rng(142)
+    for i in range(60):
+        kh, kw = (int(v) for v in rng.integers(3, 12, 2))
+        attrs = {"kernel_shape": [kh, kw], "strides": [int(v) for v in rng.integers(1, 3, 2)],
+                 "dilations": [int(v) for v in rng.integers(1, 3, 2)], "ceil_mode": int(i % 2),
+                 "pads": [int(rng.integers(0, kh)), int(rng.integers(0, kw)), int(rng.integers(0, kh)),
+                          int(rng.integers(0, kw))], "_outputs": 1}
+        span = [(k - 1) * d + 1 for k, d in zip(attrs["kernel_shape"], attrs["dilations"])]
+        h = int(rng.integers(max(1, span[0] - attrs["pads"][0] - attrs["pads"][2]), span[0] + 2))
+        w = int(rng.integers(max(1, span[1] - attrs["pads"][1] - attrs["pads"][3]), span[1] + 2))
+        x = rand(1, 2, h, w)
+        x[rng.random(x.shape) < 0.2] = np.nan
+        got, ref = _both(lambda: nn.max_pool_compute([x], attrs)[0])
+        np.testing.assert_array_equal(got, ref, err_msg=str(attrs))
+
+
+@needs_native
+def test_max_pool_cost_is_the_taps_inside_x_not_the_window():
+    """A 2^20 x 2^20 window over a 2x3 map (pads 2^19 < kernel: legal for onnxruntime, which
+    clips each window to the map): the C kernel walked every padding tap, 2^40 per output,
+    a hang; clipped, it is instant and every output is the map's max."""
+    code = ("import numpy as np\n"
+            "from ge.ops import nn\n"
+            "x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)\n"
+            "k, p = 2 ** 20, 2 ** 19\n"
+            "y = nn.max_pool_compute([x], {'kernel_shape': [k, k], 'pads': [p, p, p, p], '_outputs': 1})[0]\n"
+            "print(y.shape, sorted(set(y.ravel().tolist())))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         check=True)
+    assert out.stdout.strip() == "(1, 1, 3, 4) [5.0]"

@@ -528,6 +528,19 @@ typedef struct {
     int64_t h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
 } PoolGeom;
 
+/* The taps k in [0, taps) of a window row or column at base + k * step that lie in [0, size):
+ * [*first, *last), by arithmetic -- a window may be far wider than x (pads just below a huge
+ * kernel), and its cost must be the taps inside. */
+static inline void taps_inside(int64_t base, int64_t step, int64_t taps, int64_t size, int64_t *first,
+                               int64_t *last) {
+    int64_t a = base < 0 ? (step - 1 - base) / step : 0;
+    int64_t b = base < size ? (size - 1 - base) / step + 1 : 0;
+    a = a < taps ? a : taps;
+    b = b < taps ? b : taps;
+    *first = a;
+    *last = b > a ? b : a;
+}
+
 /* y = max over each window, taps in window order, a tap replacing the running max only when
  * greater (ONNX's reference: a window is NaN when its first tap is, else its NaNs are
  * ignored); taps outside x are -inf (padding never wins). */
@@ -539,9 +552,8 @@ CLONES static void max_pool_plane(const PoolGeom *g, const float *x, float *y) {
     for (int64_t oy = 0; oy < g->oh; oy++) {
         float *dst = y + oy * g->ow;
         const int64_t iy0 = oy * g->sh - g->pt;
-        int64_t ki0 = 0, ki1 = g->kh;               /* the window rows inside x */
-        while (ki0 < g->kh && iy0 + ki0 * g->dh < 0) ki0++;
-        while (ki1 > ki0 && iy0 + (ki1 - 1) * g->dh >= g->h) ki1--;
+        int64_t ki0, ki1;                           /* the window rows inside x */
+        taps_inside(iy0, g->dh, g->kh, g->h, &ki0, &ki1);
         const int full_rows = ki0 == 0 && ki1 == g->kh;
         if (full_rows && lo < hi) {      /* interior columns: tap by tap over the whole run (vectorizes) */
             const float *base = x + iy0 * g->w - g->pl;
@@ -569,16 +581,16 @@ CLONES static void max_pool_plane(const PoolGeom *g, const float *x, float *y) {
                 continue;
             }
             const int64_t ix0 = ox * g->sw - g->pl;
+            int64_t kj0, kj1;
+            taps_inside(ix0, g->dw, g->kw, g->w, &kj0, &kj1);
+            /* only the taps inside x: one outside is -inf, which never replaces the running
+             * max -- unless it is the window's first tap, which starts it at -inf */
             float m = -INFINITY;
-            int first = 1;
-            for (int64_t ki = 0; ki < g->kh; ki++)
-                for (int64_t kj = 0; kj < g->kw; kj++) {
-                    const int64_t yy = iy0 + ki * g->dh, xx = ix0 + kj * g->dw;
-                    const float v = (yy >= 0 && yy < g->h && xx >= 0 && xx < g->w) ? x[yy * g->w + xx] : -INFINITY;
-                    if (first)
-                        m = v;
-                    else
-                        m = v > m ? v : m;
+            int first = ki0 == 0 && kj0 == 0;
+            for (int64_t ki = ki0; ki < ki1; ki++)
+                for (int64_t kj = kj0; kj < kj1; kj++) {
+                    const float v = x[(iy0 + ki * g->dh) * g->w + ix0 + kj * g->dw];
+                    m = first || v > m ? v : m;
                     first = 0;
                 }
             dst[ox] = m;
