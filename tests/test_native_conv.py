@@ -274,3 +274,24 @@ def test_max_pool_cost_is_the_taps_inside_x_not_the_window():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
                          check=True)
     assert out.stdout.strip() == "(1, 1, 3, 4) [5.0]"
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [((0, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),   # batch 0
+                                         ((0, 3, 40, 40), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+                                         ((0, 3, 8, 8), (4, 3, 1, 1), {}),
+                                         ((2, 0, 8, 8), (4, 0, 3, 3), {"pads": [1, 1, 1, 1]})])  # no input channels
+def test_empty_convs_give_what_the_numpy_path_gives(xs, ws, attrs):
+    """A batch of 0 (a dynamic batch fed empty) or no input channels: the kernels take no
+    zero dimension, so such a conv stays on the numpy path, which computes it (the bias)."""
+    x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+    got, ref = _both(lambda: nn.conv_forward(x, w, attrs, b))
+    np.testing.assert_array_equal(got, ref)
+    takes, _, _ = nn.conv_workspace(xs, np.float32, ws, attrs)
+    with native.numpy_only():
+        assert nn.conv_workspace(xs, np.float32, ws, attrs)[0] == takes     # declared as it runs
+
+
+def test_an_empty_max_pool_gives_what_the_numpy_path_gives():
+    x = rand(0, 3, 8, 8)
+    got, ref = _both(lambda: nn.max_pool_compute([x], {"kernel_shape": [2, 2], "_outputs": 1})[0])
+    assert got.shape == ref.shape == (0, 3, 7, 7)

@@ -281,7 +281,7 @@ def conv_forward(x, w, attrs, bias=None, base=None, base_owned: bool = False, re
     if base is not None and tuple(base.shape) != shape:
         raise InvalidNode(f"Conv accumulator shape {list(base.shape)} differs from the output {list(shape)}",
                           "Recompile the model with this version of atc_py.")
-    if ct == np.float32 and nd == 2 and group == 1 and native.enabled():
+    if _takes_native(ct, x.shape, w.shape, group):
         return _conv_result(_native_conv(x, w, win, bias, base, base_owned, relu), out_dtype)
     b = bias.astype(ct, copy=False).reshape(_bias_shape(nd)) if bias is not None else None
     if winograd.applies(ct, w.shape, group, strides, dilations, out):
@@ -323,7 +323,7 @@ def conv_workspace(x_shape, x_dtype, w_shape, attrs, base: Optional[bool] = None
     win = _window_geometry(tuple(x_shape[2:]), kernel, attrs)
     shape = tuple(x_shape[:1]) + (w_shape[0],) + tuple(win.out)
     cast = [] if is_int8(x_dtype) or np.dtype(x_dtype) == ct else [workspace.nbytes(shape, x_dtype)]
-    if ct == np.float32 and len(x_shape) == 4 and group == 1 and native.enabled():
+    if _takes_native(ct, x_shape, w_shape, group):
         native_takes, result = _native_workspace(x_shape, w_shape, win, base)
         result = None if result is None else len(takes) + result
         takes += native_takes
@@ -344,6 +344,13 @@ def conv_workspace(x_shape, x_dtype, w_shape, attrs, base: Optional[bool] = None
         takes.append(workspace.nbytes(shape, ct))
     result = None if base is True or is_int8(x_dtype) else len(takes) - 1
     return takes + cast, (len(takes) if cast else result), True
+
+
+def _takes_native(ct, x_shape, w_shape, group: int) -> bool:
+    """Whether conv_forward runs this conv as one call of the compiled kernels: float32, 2-D,
+    one group, no empty dimension (they take none; the numpy path computes a batch of 0)."""
+    return ct == np.float32 and len(x_shape) == 4 and group == 1 and 0 not in tuple(x_shape) + tuple(w_shape) \
+        and native.enabled()
 
 
 def _native_workspace(x_shape, w_shape, win: Window, base: Optional[bool]) -> tuple:
@@ -584,7 +591,7 @@ def max_pool_compute(inputs, attrs):
     x = inputs[0]
     kernel, win = _pool_geometry(x.shape, attrs)
     begin, end, extra, out, strides, dilations = win.begin, win.end, win.extra, win.out, win.strides, win.dilations
-    if int(attrs.get("_outputs", 2)) < 2 and x.dtype == np.float32 and x.ndim == 4 and native.enabled():
+    if int(attrs.get("_outputs", 2)) < 2 and x.dtype == np.float32 and x.ndim == 4 and x.size and native.enabled():
         return [native.max_pool2d(x, kernel, begin, out, strides, dilations)]      # one C pass, no padded copy
     # max is exact in any dtype: no widening.
     xp = _pad_spatial(x, begin, [e + a for e, a in zip(end, extra)], _lowest(x.dtype))
