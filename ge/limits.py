@@ -7,9 +7,9 @@ Two kinds of limit:
 - from the machine (`Budget`): no tensor may be larger than the chip's memory (the
   `memory_size` of simulator/chips/<soc>.json, handed down by the driver -- ge never reads
   chip files), and what this process allocates on the host must fit the memory it may still
-  use (physical RAM, RLIMIT_AS/RLIMIT_DATA, the cgroup limit).  A 100-byte model can ask for
-  terabytes; the budget refuses it (E13023, naming the node and the size) before numpy or
-  onnx allocates anything.
+  use (physical RAM, RLIMIT_AS/RLIMIT_DATA, the tightest memory limit of its cgroups).  A
+  100-byte model can ask for terabytes; the budget refuses it (E13023, naming the node and
+  the size) before numpy or onnx allocates anything.
 
 The budget only ever decides *whether* a run goes on, never *what* it produces: outputs stay
 the same bytes on every machine.  `use_budget` sets it for a run (a context variable, so
@@ -28,6 +28,7 @@ from typing import Optional
 import numpy as np
 
 from ge.errors import AtcError
+from om_format.cgroups import controller_dirs, read_int
 
 MAX_TENSOR_BYTES = (1 << 63) - 1
 # Peak host memory of a compile, in multiples of the bytes it parses into memory (the
@@ -41,6 +42,9 @@ HOST_COPIES = 6
 # also count this many times against the host's memory (and once more against its
 # address space, which the map itself takes).
 MAPPED_COPIES = 1
+# cgroup v1 has no "max": an unlimited memory cgroup reads as the largest page-aligned long
+# (9223372036854771712 with 4 KiB pages).  No real limit comes near 2**62 bytes.
+CGROUP_V1_UNLIMITED = 1 << 62
 # What a simulator run allocates besides its live tensors: a kernel's temporaries and
 # compute-dtype copies of its inputs, in multiples of the largest tensor.
 KERNEL_TEMPORARIES = 3
@@ -82,14 +86,21 @@ def _proc_status_kb(field: str) -> int:
 
 
 def _cgroup_room() -> Optional[int]:
-    try:
-        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
-            limit = f.read().strip()
-        with open("/sys/fs/cgroup/memory.current", encoding="ascii") as f:
-            used = int(f.read().strip())
-        return None if limit == "max" else int(limit) - used
-    except (OSError, ValueError):
-        return None
+    """Bytes left under the tightest memory limit of this process's cgroup and its ancestors
+    (om_format.cgroups finds them: v1, v2, hybrid hosts, namespaces): v2 `memory.max` less
+    `memory.current`, v1 `memory.limit_in_bytes` less `memory.usage_in_bytes`.  None when no
+    limit is set or none can be read ("max", v1's huge "unlimited", a missing or malformed
+    file); a limit whose usage cannot be read still binds, at the limit itself."""
+    rooms = []
+    for directory, version in controller_dirs("memory"):
+        limit_file, usage_file = (("memory.max", "memory.current") if version == 2
+                                  else ("memory.limit_in_bytes", "memory.usage_in_bytes"))
+        limit = read_int(os.path.join(directory, limit_file))
+        if limit is None or not 0 <= limit < CGROUP_V1_UNLIMITED:
+            continue
+        usage = read_int(os.path.join(directory, usage_file))
+        rooms.append(limit - max(usage or 0, 0))
+    return min(rooms) if rooms else None
 
 
 def address_space_bytes() -> Optional[int]:

@@ -13,16 +13,15 @@ that has just started or stopped by a minute, and it counts tasks sleeping on I/
 that run long re-ask (before every forward; every fraction of a second while writing).
 
 It lives in om_format, the bottom layer, because the .om writer needs it and nothing of ours
-may sit below the writer; it imports nothing of ours.
+may sit below the writer; it imports only om_format.cgroups (which finds the cgroup's
+directories, for ge.limits' memory limit too).
 """
 from __future__ import annotations
 
 import os
-import re
-from typing import Iterator, Optional
+from typing import Optional
 
-PROC_CGROUP = "/proc/self/cgroup"         # which cgroup this process is in, per hierarchy
-PROC_MOUNTINFO = "/proc/self/mountinfo"   # where the cgroup hierarchies are mounted
+from om_format.cgroups import controller_dirs, read_fields, read_int
 
 
 def usable_cores() -> int:
@@ -39,14 +38,15 @@ def cgroup_cpu_limit() -> Optional[int]:
     """Whole CPUs this process's cgroup quota allows, rounded down and at least 1; None when no
     quota is set or none can be read.  cgroup v2 `cpu.max` ("max 100000" or "150000 100000")
     and v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us` (-1: none), in the process's own cgroup and
-    every ancestor up to the mount point (a parent's quota binds its children); the tightest wins."""
+    every ancestor up to the mount point (om_format.cgroups finds them; a parent's quota binds its
+    children); the tightest wins."""
     limits = []
-    for directory, version in _cpu_cgroup_dirs():
+    for directory, version in controller_dirs("cpu"):
         if version == 2:
-            quota, period = ((_read_fields(os.path.join(directory, "cpu.max")) or []) + [None, None])[:2]
+            quota, period = ((read_fields(os.path.join(directory, "cpu.max")) or []) + [None, None])[:2]
         else:
-            quota = (_read_fields(os.path.join(directory, "cpu.cfs_quota_us")) or [None])[0]
-            period = (_read_fields(os.path.join(directory, "cpu.cfs_period_us")) or [None])[0]
+            quota = read_int(os.path.join(directory, "cpu.cfs_quota_us"))
+            period = read_int(os.path.join(directory, "cpu.cfs_period_us"))
         try:
             quota, period = int(quota), int(period)
         except (TypeError, ValueError):     # "max", a missing file, a malformed one: no limit here
@@ -54,64 +54,6 @@ def cgroup_cpu_limit() -> Optional[int]:
         if quota > 0 and period > 0:
             limits.append(quota // period)
     return max(1, min(limits)) if limits else None
-
-
-def _read_fields(path: str) -> Optional[list]:
-    try:
-        with open(path, encoding="ascii") as f:
-            return f.read(256).split()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _cpu_cgroup_dirs() -> Iterator[tuple]:
-    """(directory, cgroup version) of this process's cgroup and its ancestors, in every mounted
-    hierarchy that can hold a CPU quota: cgroup2, or a v1 hierarchy with the cpu controller."""
-    try:
-        with open(PROC_CGROUP, encoding="utf-8") as f:
-            membership = f.read().splitlines()
-        with open(PROC_MOUNTINFO, encoding="utf-8") as f:
-            mounts = f.read().splitlines()
-    except (OSError, UnicodeDecodeError):
-        return
-    paths = {}                               # 2 -> the v2 path; 1 -> the v1 cpu controller's path
-    for line in membership:                  # "0::/a/b" (v2) or "4:cpu,cpuacct:/a/b" (v1)
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        if parts[0] == "0" and parts[1] == "":
-            paths[2] = parts[2]
-        elif "cpu" in parts[1].split(","):
-            paths[1] = parts[2]
-    for line in mounts:                      # "id parent dev root mountpoint opts ... - fstype src superopts"
-        left, sep, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if not sep or len(fields) < 5 or not tail:
-            continue
-        if tail[0] == "cgroup2":
-            version = 2
-        elif tail[0] == "cgroup" and len(tail) > 2 and "cpu" in tail[2].split(","):
-            version = 1
-        else:
-            continue
-        if version not in paths:
-            continue
-        root, mountpoint = _unescape(fields[3]), _unescape(fields[4])
-        yield from ((d, version) for d in _up_to(mountpoint, root, paths[version]))
-
-
-def _up_to(mountpoint: str, root: str, path: str) -> list:
-    """The directories of cgroup `path` and its ancestors under a hierarchy whose `root` is
-    mounted at `mountpoint`; the mount point alone when the path lies outside that root (a
-    cgroup namespace shows the process's cgroup as the root)."""
-    rel = os.path.relpath(os.path.normpath("/" + path), os.path.normpath("/" + root))
-    parts = [] if rel == "." or rel == ".." or rel.startswith(".." + os.sep) else rel.split(os.sep)
-    return [os.path.join(mountpoint, *parts[:n]) for n in range(len(parts), -1, -1)]
-
-
-def _unescape(field: str) -> str:
-    """mountinfo writes a space, tab, newline or backslash in a path as a 3-digit octal escape."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def running_tasks(loadavg_text: str) -> int:

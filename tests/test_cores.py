@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from om_format import container, cores
+from cgroup_fakes import V2, fake_cgroup
+from om_format import cgroups, container, cores
 from simulator import blas
 
 _SPIN = "import sys; sys.stdout.write('go\\n'); sys.stdout.flush()\nwhile True: pass"
@@ -122,52 +123,39 @@ def _writer(**kwargs):
 # -- cgroup CPU quota: fake /proc/self/cgroup, /proc/self/mountinfo and cgroup files ----------
 
 def _fake_cgroup(tmp_path, monkeypatch, membership: str, mounts: list, files: dict, affinity: int = 8):
-    """`mounts`: (fstype, root, mountpoint under tmp_path, superoptions); `files`: path under
-    tmp_path -> text.  The affinity mask is faked too, so the quota is what decides."""
-    for rel, text in files.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    lines = [f"{30 + i} 23 0:{40 + i} {root} {str(tmp_path / point).replace(' ', chr(92) + '040')} rw,relatime "
-             f"shared:{i} - {fstype} {fstype} {opts}" for i, (fstype, root, point, opts) in enumerate(mounts)]
-    (tmp_path / "cgroup").write_text(membership)
-    (tmp_path / "mountinfo").write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(cores, "PROC_CGROUP", str(tmp_path / "cgroup"))
-    monkeypatch.setattr(cores, "PROC_MOUNTINFO", str(tmp_path / "mountinfo"))
+    """The affinity mask is faked too, so the quota is what decides."""
+    fake_cgroup(tmp_path, monkeypatch, membership, mounts, files)
     monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: set(range(affinity)))
 
 
-_V2 = [("cgroup2", "/", "cg2", "rw,nsdelegate")]
-
-
 def test_cgroup_v2_quota_caps_the_usable_cores_rounded_down(tmp_path, monkeypatch):
-    _fake_cgroup(tmp_path, monkeypatch, "0::/user/job\n", _V2, {"cg2/user/job/cpu.max": "250000 100000\n"})
+    _fake_cgroup(tmp_path, monkeypatch, "0::/user/job\n", V2, {"cg2/user/job/cpu.max": "250000 100000\n"})
     assert cores.cgroup_cpu_limit() == 2                     # 2.5 CPUs -> 2 whole ones
     assert cores.usable_cores() == 2
     assert 1 <= cores.free_cores() <= 2
 
 
 def test_cgroup_quota_below_one_cpu_still_leaves_one(tmp_path, monkeypatch):
-    _fake_cgroup(tmp_path, monkeypatch, "0::/\n", _V2, {"cg2/cpu.max": "50000 100000"})
+    _fake_cgroup(tmp_path, monkeypatch, "0::/\n", V2, {"cg2/cpu.max": "50000 100000"})
     assert cores.cgroup_cpu_limit() == 1
     assert cores.usable_cores() == 1
 
 
 def test_a_parents_quota_binds_its_children_and_the_tightest_wins(tmp_path, monkeypatch):
-    _fake_cgroup(tmp_path, monkeypatch, "0::/a/b\n", _V2,
+    _fake_cgroup(tmp_path, monkeypatch, "0::/a/b\n", V2,
                  {"cg2/a/b/cpu.max": "max 100000", "cg2/a/cpu.max": "300000 100000", "cg2/cpu.max": "700000 100000"})
     assert cores.cgroup_cpu_limit() == 3
     assert cores.usable_cores() == 3
 
 
 def test_no_quota_leaves_the_affinity_mask(tmp_path, monkeypatch):
-    _fake_cgroup(tmp_path, monkeypatch, "0::/job\n", _V2, {"cg2/job/cpu.max": "max 100000\n"}, affinity=6)
+    _fake_cgroup(tmp_path, monkeypatch, "0::/job\n", V2, {"cg2/job/cpu.max": "max 100000\n"}, affinity=6)
     assert cores.cgroup_cpu_limit() is None
     assert cores.usable_cores() == 6
 
 
 def test_the_affinity_mask_wins_when_it_is_smaller(tmp_path, monkeypatch):
-    _fake_cgroup(tmp_path, monkeypatch, "0::/\n", _V2, {"cg2/cpu.max": "1600000 100000"}, affinity=3)
+    _fake_cgroup(tmp_path, monkeypatch, "0::/\n", V2, {"cg2/cpu.max": "1600000 100000"}, affinity=3)
     assert cores.cgroup_cpu_limit() == 16
     assert cores.usable_cores() == 3
 
@@ -188,11 +176,11 @@ def test_cgroup_v1_cfs_quota_is_read_where_the_cpu_controller_is_mounted(tmp_pat
 
 
 def test_unreadable_or_malformed_cgroup_files_mean_no_limit(tmp_path, monkeypatch):
-    _fake_cgroup(tmp_path, monkeypatch, "0::/job\n", _V2,
+    _fake_cgroup(tmp_path, monkeypatch, "0::/job\n", V2,
                  {"cg2/job/cpu.max": "lots\n", "cg2/cpu.max": "100000 0\n"}, affinity=4)
     assert cores.cgroup_cpu_limit() is None
     assert cores.usable_cores() == 4
-    monkeypatch.setattr(cores, "PROC_CGROUP", str(tmp_path / "missing"))
+    monkeypatch.setattr(cgroups, "PROC_CGROUP", str(tmp_path / "missing"))
     assert cores.cgroup_cpu_limit() is None
     assert cores.usable_cores() == 4
 
@@ -203,4 +191,4 @@ def test_a_cgroup_path_outside_the_mounted_root_reads_the_mount_point_only(tmp_p
     _fake_cgroup(tmp_path, monkeypatch, "0::/../../elsewhere\n", [("cgroup2", "/ns", "cg2", "rw")],
                  {"cg2/cpu.max": "200000 100000"})
     assert cores.cgroup_cpu_limit() == 2
-    assert [d for d, _ in cores._cpu_cgroup_dirs()] == [str(tmp_path / "cg2")]
+    assert [d for d, _ in cgroups.controller_dirs("cpu")] == [str(tmp_path / "cg2")]
