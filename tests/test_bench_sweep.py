@@ -1,10 +1,13 @@
 """The sweep harness's pure-Python parts (bench/sweep/analysis.py): attention layers found by
 structure, atc's miss lines parsed and tied to nodes, totals.  No torch, no peers."""
+import os
+import sys
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from bench.sweep import analysis
+from bench.sweep import analysis, ours
 
 MISS = ("[DEBUG] [GE] fusion miss NF2003 UnsupportedAttribute: pass ConvBNReluFusionPass, anchor /b/conv1/Conv, "
         "ops ['Conv', 'BatchNormalization']: group != 1 is not fused (Conv /b/conv1/Conv: group = 8); "
@@ -98,3 +101,17 @@ def test_peer_counts_reused_only_for_the_same_onnx_bytes(tmp_path):
     assert run.reused_peers(str(tmp_path), "absent.dynamo", str(model)) is None
     model.write_bytes(b"a new export")
     assert run.reused_peers(str(tmp_path), "m.dynamo", str(model)) is None
+
+
+def test_the_tools_import_the_checkout_the_sweep_runs_from(tmp_path, monkeypatch):
+    """`atc` beside the venv's python imports the atc_py that venv installed, which may be
+    another checkout (a stale editable install did this: a sweep of a main snapshot measured
+    older code).  Here a stale `cli` comes first on the path; the sweep's tools still get ours."""
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    (stale / "cli.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(stale))
+    result = ours.run([sys.executable, "-c", "import cli; print(cli.__file__)"], 120, cwd=str(tmp_path))
+    assert result["rc"] == 0, result["out"]
+    assert result["out"].strip() == os.path.join(ours.CHECKOUT, "cli.py")
+    assert ours.checkout_env({"PYTHONPATH": "a"})["PYTHONPATH"] == os.pathsep.join([ours.CHECKOUT, "a"])

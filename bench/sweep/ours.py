@@ -18,6 +18,7 @@ import time
 
 ERROR_CODE = re.compile(r"\b(E\d{5})\b")
 FP16_MAX = 65504.0
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def tool(name: str) -> str:
@@ -25,11 +26,23 @@ def tool(name: str) -> str:
     return beside if os.path.exists(beside) else (shutil.which(name) or name)
 
 
+def checkout_env(env=None) -> dict:
+    """`env` (default: ours) with this checkout first on PYTHONPATH.  The `atc` and `atc-sim`
+    scripts beside the venv's python import whatever atc_py the venv installed -- an editable
+    install may point at another, older checkout -- and the sweep must measure the code it
+    runs from (a snapshot of main, say)."""
+    env = dict(os.environ if env is None else env)
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([CHECKOUT] + rest)
+    return env
+
+
 def run(cmd, timeout: float, env=None, cwd=None) -> dict:
-    """Run a command in its own process group; on timeout kill the group (atc may fork)."""
+    """Run a command in its own process group, importing this checkout (checkout_env); on
+    timeout kill the group (atc may fork)."""
     start = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=cwd, start_new_session=True)
+                            env=checkout_env(env), cwd=cwd, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
         rc = proc.returncode

@@ -2,6 +2,8 @@
 attention implementation), compile with atc, compare, count the peers' kernels, record every
 miss with the reason atc printed.  Resumable: finished files are rows in results.jsonl and
 are skipped on the next run (--redo to measure them again; exports are cached separately).
+It measures the checkout it runs from, whatever atc_py the venv has installed: every stage
+and the venv's `atc`/`atc-sim` get this checkout first on PYTHONPATH (ours.checkout_env).
 
 usage (from the repository root, in the sweep venv, see bench/requirements-sweep.txt):
     nice -n 10 python -m bench.sweep [--family a,b] [--exporter torchscript|dynamo]
@@ -24,7 +26,7 @@ import time
 from bench.sweep import analysis, ours
 from bench.sweep.models import BY_NAME, EXPORTERS, FAMILIES
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = ours.CHECKOUT
 DEFAULT_CACHE = "/work/cache/sweep"
 PEER_NAMES = ("ort", "openvino", "tvm")
 _lock = threading.Lock()
