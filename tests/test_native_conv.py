@@ -91,12 +91,26 @@ def _tolerance(xs, ws, attrs) -> float:
     return 2e-6
 
 
+needs_packing = pytest.mark.skipif(not native.packing(), reason="no AVX2/FMA GEMM kernel on this CPU")
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only copy: how an .om's constant weights arrive (the only ones packed)."""
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
 @needs_native
 @pytest.mark.parametrize("xs,ws,attrs", SHAPES)
 @pytest.mark.parametrize("bias,base,relu", [(False, False, False), (True, False, True), (True, True, True),
                                             (False, True, False)])
-def test_c_path_equals_numpy_path(xs, ws, attrs, bias, base, relu):
+@pytest.mark.parametrize("weights", ["packed", "openblas"])
+def test_c_path_equals_numpy_path(xs, ws, attrs, bias, base, relu, weights):
+    """Read-only (constant) weights go to our GEMM packed once; writeable ones to OpenBLAS."""
     x, w = rand(*xs), rand(*ws)
+    if weights == "packed":
+        w = _read_only(w)
     b = rand(ws[0]) if bias else None
     shape = nn.conv_output_shape(xs, ws, attrs)
     r = rand(*shape) if base else None
@@ -104,6 +118,71 @@ def test_c_path_equals_numpy_path(xs, ws, attrs, bias, base, relu):
     _close(got, ref, _tolerance(xs, ws, attrs))
     if relu:
         assert (got >= 0).all()
+    window = nn._window_geometry(xs[2:], list(ws[2:]), attrs)
+    wino = winograd.applies(np.float32, ws, 1, window.strides, window.dilations, shape[2:])
+    tiling = winograd.tiling_for(shape[2:]) if wino else None
+    packed = native.packed_weights(w, tiling)
+    assert (packed is not None) == (weights == "packed" and native.packing())
+    if packed is not None:      # cached: the forward above packed it, this call found it
+        assert native.packed_weights(w, tiling) is packed and not packed.flags.writeable
+
+
+@needs_packing
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_packed_gemm_equals_numpy_matmul(accumulate):
+    """Our GEMM on M/N/K around its blocks: 1, not multiples of the 6 x 16 register tile (and
+    <= 8 columns left: the narrow panel), K across several 256-deep blocks, N across 1024-wide
+    blocks, M across 96-row blocks."""
+    from ge.ops import _native
+
+    rng = np.random.default_rng(142)
+    sizes = [(1, 1, 1), (1, 5, 3), (5, 1, 17), (6, 16, 16), (7, 257, 9), (13, 600, 8), (97, 513, 1030),
+             (64, 64, 196), (2048 // 8, 2048, 49), (3, 1, 2049)]
+    sizes += [tuple(int(v) for v in rng.integers(1, 150, 3)) for _ in range(12)]
+    for m, k, n in sizes:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        c = rng.standard_normal((m, n)).astype(np.float32)
+        ap = np.empty(_native.packed_size(m, k), np.float32)
+        _native.pack_weights(a, 1, m, k, ap)
+        ref = a.astype(np.float64) @ b + (c if accumulate else 0)
+        _native.gemm_packed(ap, m, k, b, n, c, accumulate)
+        scale = max(1.0, float(np.abs(ref).max()))
+        assert float(np.abs(c - ref).max()) <= 1e-5 * scale * max(1.0, k / 256), (m, k, n)
+
+
+@needs_packing
+def test_packed_weights_are_checked_and_replace_the_winograd_u():
+    """A packed buffer of the wrong size is refused; U (36x the weights' 3x3 taps / 9) is kept
+    packed only, not also as U."""
+    from ge.ops import _native
+
+    x, w = rand(1, 4, 30, 30), _read_only(rand(5, 4, 3, 3))
+    tiling = winograd.F4
+    packed = native.packed_weights(w, tiling)
+    assert packed.size == 36 * _native.packed_size(5, 4)
+    assert (id(w), 4) not in winograd._weights
+    y, work = np.empty((1, 5, 30, 30), np.float32), np.empty(native.winograd_work(4, 4, 5, 64), np.float32)
+    with pytest.raises(ValueError):
+        _native.winograd3x3(x, 1, 4, 30, 30, None, 5, 4, 1, 1, 30, 30, None, None, False, y, work, packed[:-1])
+    with pytest.raises(TypeError):       # no weights at all
+        _native.winograd3x3(x, 1, 4, 30, 30, None, 5, 4, 1, 1, 30, 30, None, None, False, y, work)
+    _native.winograd3x3(x, 1, 4, 30, 30, None, 5, 4, 1, 1, 30, 30, None, None, False, y, work, packed)
+    with native.numpy_only():
+        ref = nn.conv_forward(x, w, {"pads": [1, 1, 1, 1]})
+    _close(y, ref, 2e-5)
+    a = np.empty(_native.packed_size(5, 36), np.float32)
+    with pytest.raises(ValueError):
+        _native.pack_weights(rand(5, 36), 1, 5, 36, a[:-1])
+    with pytest.raises(ValueError):
+        _native.gemm_packed(a, 5, 36, rand(36, 7), 7, np.empty((5, 6), np.float32), False)
+
+
+def test_atc_py_packed_gemm_0_keeps_openblas():
+    code = "from ge.ops import native; print(native.packing())"
+    env = {**os.environ, "ATC_PY_PACKED_GEMM": "0"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 @needs_native
@@ -191,31 +270,45 @@ def test_the_kernels_check_what_python_hands_them():
 # -- fused kernels on both paths against onnxruntime on the unfused graph -----------------
 
 def _on_path(path: str, test, *args):
-    """Run one of tests/test_fusion_conv.py's tests on the compiled or on the numpy path."""
-    if path == "compiled" and not native.enabled():
+    """Run one of tests/test_fusion_conv.py's tests on the compiled path (weights to OpenBLAS:
+    those graphs' weights are writeable), on the compiled path with every conv weight packed
+    for our GEMM (as an .om's read-only constants are), or on the numpy path."""
+    if path != "numpy" and not native.enabled():
         pytest.skip("compiled conv kernels not built")
+    if path == "packed" and not native.packing():
+        pytest.skip("no AVX2/FMA GEMM kernel on this CPU")
     import test_fusion_conv as fusion      # tests/ is on the path (conftest.py)
 
     if path == "numpy":
         with native.numpy_only():
             getattr(fusion, test)(*args)
+    elif path == "packed":
+        packed, calls = native.packed_weights, []
+
+        def read_only(w, tiling=None):        # a read-only copy per call: packed every call, never cached
+            calls.append(w.shape)
+            return packed(_read_only(w) if isinstance(w, np.ndarray) else w, tiling)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(native, "packed_weights", read_only)
+            getattr(fusion, test)(*args)
+        assert calls
     else:
         getattr(fusion, test)(*args)
 
 
-@pytest.mark.parametrize("path", ["compiled", "numpy"])
+@pytest.mark.parametrize("path", ["compiled", "packed", "numpy"])
 @pytest.mark.parametrize("name", ["conv_bn_relu", "conv_bn_add_relu", "conv_bn_add_broadcast", "conv_leaky"])
 def test_conv_blocks_match_onnxruntime_on_both_paths(name, path):
     _on_path(path, "test_conv_variant_fuses_and_matches_ort", name)
 
 
-@pytest.mark.parametrize("path", ["compiled", "numpy"])
+@pytest.mark.parametrize("path", ["compiled", "packed", "numpy"])
 @pytest.mark.parametrize("name", ["torchscript_bn_kept", "no_activation"])
 def test_residual_conv_blocks_match_onnxruntime_on_both_paths(name, path):
     _on_path(path, "test_residual_conv_fuses_both_convs_and_matches_ort", name)
 
 
-@pytest.mark.parametrize("path", ["compiled", "numpy"])
+@pytest.mark.parametrize("path", ["compiled", "packed", "numpy"])
 def test_resnet50_small_matches_onnxruntime_on_both_paths(path):
     _on_path(path, "test_resnet50_small_every_conv_fused")
 

@@ -282,6 +282,8 @@ def _block_prepare(slots: Slots):
     def prepare(inputs, attrs):
         s = slots.read(inputs)
         get_op("Conv").prepare([s["x"], s["w"]], attrs)
+        if attrs.get("residual_conv") and s.get("res_x") is not None and s.get("res_w") is not None:
+            get_op("Conv").prepare([s["res_x"], s["res_w"]], residual_conv_attrs(attrs))     # ResNet's downsample
     return prepare
 
 

@@ -6,6 +6,14 @@ ReLU -- in one C call, without the numpy passes and temporaries that cost ~28 ms
 ResNet-50 forward (bench/RESULTS.md).  The GEMMs are numpy's own OpenBLAS sgemm
 (ge/ops/openblas.py), whose address the extension receives once.
 
+Prepacked weights: where the CPU runs the extension's own GEMM (AVX2 + FMA,
+`packing()`), a conv's constant weights -- plain, or Winograd-transformed -- are packed once
+into the layout its micro-kernel reads (`packed_weights`, at load through the Conv op's
+prepare) and kept instead of the Winograd U; OpenBLAS re-packed them on every call (12% of
+a ResNet-50 forward).  Only read-only weight arrays (the .om's constants) are packed: an
+array that can be written may change under the cache.  Other weights, other CPUs, or
+ATC_PY_PACKED_GEMM=0: OpenBLAS's sgemm as before.
+
 Fallback: `enabled()` is False when the extension did not build or import, when OpenBLAS's
 sgemm cannot be reached, or when ATC_PY_NATIVE=0 is set (read at import; tests flip
 `force_numpy` instead) -- then every caller takes its numpy path, which stays the reference
@@ -18,11 +26,12 @@ import ctypes
 import importlib
 import os
 import threading
+import weakref
 
 import numpy as np
 
 from ge import workspace
-from ge.ops import openblas
+from ge.ops import openblas, winograd
 
 try:       # the compiled module by its full name: it imports nothing (not the ge.ops package)
     _native = importlib.import_module("ge.ops._native")
@@ -30,8 +39,10 @@ except ImportError:          # not built (no compiler, no Python.h): the numpy p
     _native = None
 
 force_numpy = os.environ.get("ATC_PY_NATIVE", "1").strip() == "0"
+force_openblas = os.environ.get("ATC_PY_PACKED_GEMM", "1").strip() == "0"
 _ready = None
 _local = threading.local()
+_packed: dict = {}          # (id(weight array), Winograd m or 0) -> (weakref to it, packed weights)
 
 
 def built() -> bool:
@@ -64,6 +75,38 @@ def numpy_only():
         yield
     finally:
         force_numpy = saved
+
+
+def packing() -> bool:
+    """Whether conv weights go to the extension's own GEMM, packed once (else OpenBLAS)."""
+    return enabled() and not force_openblas and _native.own_gemm_available()
+
+
+def packed_weights(w: np.ndarray, tiling=None):
+    """w (C_out, C, kh, kw) -- or its Winograd U for `tiling` -- packed for the extension's
+    GEMM, cached per weight array as long as it lives; None where the GEMM is OpenBLAS's
+    (`packing()` False, or w writeable: only constants are packed)."""
+    if not packing() or not isinstance(w, np.ndarray) or w.flags.writeable:
+        return None
+    key = (id(w), tiling.m if tiling is not None else 0)
+    hit = _packed.get(key)
+    if hit is not None and hit[0]() is w:
+        return hit[1]
+    cout = w.shape[0]
+    if tiling is not None:
+        mats = winograd.transformed_weights(w, tiling, keep=False)       # U is kept only packed
+    else:
+        mats = _floats(w.reshape(cout, -1))
+    count, k = (mats.shape[0], mats.shape[2]) if mats.ndim == 3 else (1, mats.shape[1])
+    packed = np.empty(count * _native.packed_size(cout, k), np.float32)
+    _native.pack_weights(mats, count, cout, k, packed)
+    packed.flags.writeable = False
+    try:
+        ref = weakref.ref(w, lambda _, key=key: _packed.pop(key, None))
+    except TypeError:          # not weak-referenceable: packed again next time
+        return packed
+    _packed[key] = (ref, packed)
+    return packed
 
 
 def gemm_cpu_seconds(profile: bool) -> float:
@@ -105,20 +148,23 @@ def _optional(a):
     return None if a is None else _floats(a)
 
 
-def winograd3x3(x: np.ndarray, u: np.ndarray, m: int, begin, out, bias=None, base=None,
+def winograd3x3(x: np.ndarray, weights: np.ndarray, tiling, begin, out, bias=None, base=None,
                 relu: bool = False) -> np.ndarray:
-    """conv(x, w) (+ bias) (+ base), ReLU'd if `relu`, by Winograd F(m x m, 3x3), stride 1,
-    x padded by `begin` before (zeros after as `out` needs); `u` is w's transformed weights
-    (a*a, C_out, C) (ge/ops/winograd.py).  float32 in and out."""
+    """conv(x, weights) (+ bias) (+ base), ReLU'd if `relu`, by Winograd F(m x m, 3x3) of
+    `tiling` (ge/ops/winograd.py), stride 1, x padded by `begin` before (zeros after as `out`
+    needs); the transformed weights packed for our GEMM (`packed_weights`) or, where
+    OpenBLAS runs the GEMMs, as U (a*a, C_out, C).  float32 in and out."""
     x = _floats(x)
     n, c, h, w = x.shape
-    cout = u.shape[1]
+    cout, m = weights.shape[0], tiling.m
+    packed = packed_weights(weights, tiling)
+    u = None if packed is not None else _floats(winograd.transformed_weights(weights, tiling))
     th, tw = -(-out[0] // m), -(-out[1] // m)
     tiles = n * th * tw
     y = workspace.empty((n, cout, out[0], out[1]), np.float32)
     work = _work(winograd_work(m, c, cout, tiles))
-    _native.winograd3x3(x, n, c, h, w, _floats(u), cout, m, int(begin[0]), int(begin[1]), int(out[0]), int(out[1]),
-                        _optional(bias), _optional(base), relu, y, work)
+    _native.winograd3x3(x, n, c, h, w, u, cout, m, int(begin[0]), int(begin[1]), int(out[0]), int(out[1]),
+                        _optional(bias), _optional(base), relu, y, work, packed)
     return y
 
 
@@ -134,9 +180,10 @@ def conv_gemm(x: np.ndarray, w: np.ndarray, begin, out, strides, dilations, bias
     if y is None:
         y = workspace.empty(shape, np.float32)
     work = _work(gemm_work(x.shape, w.shape, begin, shape[2:], strides))
-    _native.conv_gemm(x, n, c, h, wd, _floats(w), cout, kh, kw, int(strides[0]), int(strides[1]), int(dilations[0]),
+    packed = packed_weights(w)
+    _native.conv_gemm(x, n, c, h, wd, None if packed is not None else _floats(w), cout, kh, kw, int(strides[0]), int(strides[1]), int(dilations[0]),
                       int(dilations[1]), int(begin[0]), int(begin[1]), shape[2], shape[3], _optional(bias),
-                      _optional(base), relu, y, work)
+                      _optional(base), relu, y, work, packed)
     return y
 
 

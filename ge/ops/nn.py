@@ -374,9 +374,9 @@ def _native_conv(x, w, win: Window, bias, base, base_owned: bool, relu: bool) ->
         base = base.astype(np.float32, copy=False)
     if winograd.applies(np.float32, w.shape, 1, win.strides, win.dilations, out):
         tiling = winograd.tiling_for(out)
-        return native.winograd3x3(x, winograd.transformed_weights(w, tiling), tiling.m, begin, out, bias, base, relu)
+        return native.winograd3x3(x, w, tiling, begin, out, bias, base, relu)
     into = base if base_owned and base is not None and base.flags.c_contiguous and base.flags.writeable else None
-    return native.conv_gemm(x, w.astype(np.float32, copy=False), begin, out, win.strides, win.dilations, bias, base,
+    return native.conv_gemm(x, w, begin, out, win.strides, win.dilations, bias, base,
                             relu, into)
 
 
@@ -429,8 +429,11 @@ def conv_prepare(inputs, attrs) -> None:
         win = _window_geometry(tuple(shape[2:]), list(w.shape[2:]), attrs)
     except InvalidNode:
         return
-    if winograd.applies(_compute_dtype(x.dtype), w.shape, int(attrs.get("group", 1)), win.strides, win.dilations,
-                        win.out):
+    ct, group = _compute_dtype(x.dtype), int(attrs.get("group", 1))
+    wino = winograd.applies(ct, w.shape, group, win.strides, win.dilations, win.out)
+    if ct == np.float32 and w.ndim == 4 and group == 1 and native.packing():
+        native.packed_weights(w, winograd.tiling_for(win.out) if wino else None)    # what the GEMMs read
+    elif wino:
         winograd.transformed_weights(w, winograd.tiling_for(win.out))
 
 

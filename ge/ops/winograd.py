@@ -83,8 +83,9 @@ def tiling_for(out) -> Tiling:
     return F4 if _tiles(out, 4) >= MIN_F4_TILES else F2
 
 
-def transformed_weights(w: np.ndarray, tiling: Tiling = F2) -> np.ndarray:
-    """U = G g G^T for every (C_out, C) pair, as (a*a, C_out, C) float32; cached per array."""
+def transformed_weights(w: np.ndarray, tiling: Tiling = F2, keep: bool = True) -> np.ndarray:
+    """U = G g G^T for every (C_out, C) pair, as (a*a, C_out, C) float32; cached per array
+    unless `keep` is False (ge/ops/native.py keeps U packed for its GEMM instead)."""
     key = (id(w), tiling.m)
     hit = _weights.get(key)
     if hit is not None and hit[0]() is w:
@@ -93,6 +94,8 @@ def transformed_weights(w: np.ndarray, tiling: Tiling = F2) -> np.ndarray:
     u = np.einsum("ik,jl,klab->ijab", tiling.g, tiling.g, g)                 # G g G^T
     a = tiling.m + 2
     u = np.ascontiguousarray(u.reshape(a * a, w.shape[0], w.shape[1]), dtype=np.float32)
+    if not keep:
+        return u
     try:
         ref = weakref.ref(w, lambda _, key=key: _weights.pop(key, None))
     except TypeError:          # not weak-referenceable: computed again next time

@@ -23,12 +23,15 @@
 #include <string.h>
 #include <math.h>
 #include <time.h>
+#include <stdlib.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && !defined(ATC_NO_CLONES)
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CLONES
 #endif
+
+#define INLINE static inline __attribute__((always_inline))
 
 #define LANES 8
 typedef float vf __attribute__((vector_size(LANES * sizeof(float))));
@@ -166,6 +169,305 @@ static int64_t safe_mul3(int64_t a, int64_t b, int64_t c) { return safe_mul(safe
 
 static int64_t safe_mul4(int64_t a, int64_t b, int64_t c, int64_t d) { return safe_mul(safe_mul(a, b), safe_mul(c, d)); }
 
+/* -- our own GEMM for prepacked conv weights ------------------------------------------------
+ *
+ * Why: OpenBLAS packs both operands on every call, and a forward re-packs ~100 MB of conv
+ * weights (12% of a ResNet-50 forward, bench/RESULTS.md); it has no API to keep a packed
+ * operand.  Here the constant operand A (the weights, M x K: C_out rows) is packed once at
+ * load (pack_weights, kept by ge/ops/native.py) into the layout the micro-kernel reads, and
+ * only B (the activations, K x N) is packed per call, in blocks that stay in cache.
+ *
+ * Layout of packed A: K split into KC blocks; each block holds ceil(M/MR) panels of kc x MR
+ * floats (k-major, rows past M zero).  Packed B: nc/NR panels of kc x NR (the last panel
+ * NR or, when at most 8 columns remain, 8 wide; columns past N zero).  The micro-kernel
+ * keeps an MR x NR tile of C in 12 vector registers (2 per row) and per k broadcasts MR
+ * values of A against one NR-wide row of B.  Loops (BLIS): N in NC blocks, K in KC blocks
+ * (B block packed, L3), M in MC blocks (A block, L2), B micro-panel (L1) against every A
+ * panel of the block.
+ *
+ * Kernels: AVX2 + FMA only (chosen at run time by __builtin_cpu_supports, never
+ * -march=native); without them, or without packed weights, the conv kernels call
+ * OpenBLAS's sgemm as before. */
+
+#define GEMM_MR 6
+#define GEMM_NR 16
+#define GEMM_KC 256
+#define GEMM_MC 96              /* multiple of MR: an A block of 96 x 256 floats, 96 KB (L2) */
+#define GEMM_NC 1024            /* multiple of NR: a B block of 256 x 1024 floats, 1 MB */
+
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4)));
+
+static int g_own_gemm = -1;     /* -1: not decided; 0: OpenBLAS; 1: the AVX2/FMA kernel */
+
+static int own_gemm_ready(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (g_own_gemm < 0) {
+        __builtin_cpu_init();
+        g_own_gemm = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+#else
+    g_own_gemm = 0;
+#endif
+    return g_own_gemm;
+}
+
+static int64_t packed_floats(int64_t m, int64_t k) { return safe_mul3((m + GEMM_MR - 1) / GEMM_MR, GEMM_MR, k); }
+
+/* A (m x k, rows lda apart) -> ap in the packed layout above. */
+static void pack_a(int64_t m, int64_t k, const float *a, int64_t lda, float *ap) {
+    const int64_t panels = (m + GEMM_MR - 1) / GEMM_MR;
+    for (int64_t pc = 0; pc < k; pc += GEMM_KC) {
+        const int64_t kc = k - pc < GEMM_KC ? k - pc : GEMM_KC;
+        for (int64_t i = 0; i < panels; i++)
+            for (int64_t kk = 0; kk < kc; kk++)
+                for (int r = 0; r < GEMM_MR; r++) {
+                    const int64_t row = i * GEMM_MR + r;
+                    *ap++ = row < m ? a[row * lda + pc + kk] : 0.0f;
+                }
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define OWN_TARGET __attribute__((target("avx2,fma")))
+
+/* B rows [0, kc), columns [0, nc) (rows ldb apart) -> NR-wide panels (8 for a last one of
+ * at most 8 columns), zeros past nc. */
+OWN_TARGET static void pack_b(int64_t kc, int64_t nc, const float *b, int64_t ldb, float *bp) {
+    for (int64_t j0 = 0; j0 < nc; j0 += GEMM_NR) {
+        const int64_t w = nc - j0 < GEMM_NR ? nc - j0 : GEMM_NR;
+        const float *src = b + j0;
+        if (w == GEMM_NR) {
+            for (int64_t kk = 0; kk < kc; kk++, src += ldb, bp += GEMM_NR) {
+                *(v8 *)bp = *(const v8u *)src;
+                *(v8 *)(bp + 8) = *(const v8u *)(src + 8);
+            }
+        } else {
+            const int width = w <= 8 ? 8 : GEMM_NR;
+            for (int64_t kk = 0; kk < kc; kk++, src += ldb, bp += width) {
+                int q = 0;
+                for (; q < w; q++) bp[q] = src[q];
+                for (; q < width; q++) bp[q] = 0.0f;
+            }
+        }
+    }
+}
+
+/* one float in all lanes: vbroadcastss from memory (a vector literal compiles to inserts) */
+#define bcast(f) ((v8)_mm256_broadcast_ss(&(f)))
+
+/* C[0..MR)[0..8*nv) (rows ldc apart) = (acc ? C : 0) + A panel x B panel over kc. */
+OWN_TARGET INLINE void micro_kernel(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int acc, const int nv) {
+    v8 r0 = {0}, r1 = {0}, r2 = {0}, r3 = {0}, r4 = {0}, r5 = {0};
+    v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0};
+    for (int64_t k = 0; k < kc; k++, a += GEMM_MR, b += 8 * nv) {
+        const v8 b0 = *(const v8 *)b;
+        const v8 b1 = nv == 2 ? *(const v8 *)(b + 8) : b0;
+        v8 x;
+        x = bcast(a[0]); r0 += x * b0; if (nv == 2) s0 += x * b1;
+        x = bcast(a[1]); r1 += x * b0; if (nv == 2) s1 += x * b1;
+        x = bcast(a[2]); r2 += x * b0; if (nv == 2) s2 += x * b1;
+        x = bcast(a[3]); r3 += x * b0; if (nv == 2) s3 += x * b1;
+        x = bcast(a[4]); r4 += x * b0; if (nv == 2) s4 += x * b1;
+        x = bcast(a[5]); r5 += x * b0; if (nv == 2) s5 += x * b1;
+    }
+    v8 *rows[GEMM_MR] = {&r0, &r1, &r2, &r3, &r4, &r5}, *rows2[GEMM_MR] = {&s0, &s1, &s2, &s3, &s4, &s5};
+    for (int i = 0; i < GEMM_MR; i++) {
+        v8u *d = (v8u *)(c + i * ldc);
+        if (acc) {
+            d[0] += *rows[i];
+            if (nv == 2) d[1] += *rows2[i];
+        } else {
+            d[0] = *rows[i];
+            if (nv == 2) d[1] = *rows2[i];
+        }
+    }
+}
+
+OWN_TARGET static void kernel16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int acc) {
+    micro_kernel(kc, a, b, c, ldc, acc, 2);
+}
+
+OWN_TARGET static void kernel8(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int acc) {
+    micro_kernel(kc, a, b, c, ldc, acc, 1);
+}
+
+/* C (m x n, rows ldc apart) = A x B + beta C, A packed by pack_a (m x k), B rows ldb apart;
+ * beta 0 or 1.  bp: NC/NR * KC * NR floats of 32-byte aligned scratch. */
+OWN_TARGET static void own_gemm(int64_t m, int64_t n, int64_t k, const float *ap, const float *b, int64_t ldb,
+                                float beta, float *c, int64_t ldc, float *bp) {
+    const int64_t panels = (m + GEMM_MR - 1) / GEMM_MR;
+    float edge[GEMM_MR * GEMM_NR] __attribute__((aligned(32)));
+    for (int64_t jc = 0; jc < n; jc += GEMM_NC) {
+        const int64_t nc = n - jc < GEMM_NC ? n - jc : GEMM_NC;
+        for (int64_t pc = 0; pc < k; pc += GEMM_KC) {
+            const int64_t kc = k - pc < GEMM_KC ? k - pc : GEMM_KC;
+            const int acc = pc > 0 || beta != 0.0f;
+            pack_b(kc, nc, b + pc * ldb + jc, ldb, bp);
+            const float *ablock = ap + pc * panels * GEMM_MR;
+            for (int64_t i0 = 0; i0 < panels; i0 += GEMM_MC / GEMM_MR) {
+                const int64_t i1 = panels - i0 < GEMM_MC / GEMM_MR ? panels : i0 + GEMM_MC / GEMM_MR;
+                for (int64_t j0 = 0; j0 < nc; j0 += GEMM_NR) {
+                    const int64_t w = nc - j0 < GEMM_NR ? nc - j0 : GEMM_NR;
+                    const int narrow = w <= 8;
+                    const float *bpanel = bp + j0 * kc;
+                    for (int64_t i = i0; i < i1; i++) {
+                        const float *apanel = ablock + i * kc * GEMM_MR;
+                        const int64_t rows = m - i * GEMM_MR < GEMM_MR ? m - i * GEMM_MR : GEMM_MR;
+                        float *ct = c + i * GEMM_MR * ldc + jc + j0;
+                        if (rows == GEMM_MR && w == (narrow ? 8 : GEMM_NR)) {
+                            if (narrow) kernel8(kc, apanel, bpanel, ct, ldc, acc);
+                            else kernel16(kc, apanel, bpanel, ct, ldc, acc);
+                            continue;
+                        }
+                        if (narrow) kernel8(kc, apanel, bpanel, edge, GEMM_NR, 0);
+                        else kernel16(kc, apanel, bpanel, edge, GEMM_NR, 0);
+                        for (int64_t r = 0; r < rows; r++)
+                            for (int64_t q = 0; q < w; q++)
+                                ct[r * ldc + q] = acc ? ct[r * ldc + q] + edge[r * GEMM_NR + q] : edge[r * GEMM_NR + q];
+                    }
+                }
+            }
+        }
+    }
+}
+#else
+static void own_gemm(int64_t m, int64_t n, int64_t k, const float *ap, const float *b, int64_t ldb, float beta,
+                     float *c, int64_t ldc, float *bp) {
+    (void)m; (void)n; (void)k; (void)ap; (void)b; (void)ldb; (void)beta; (void)c; (void)ldc; (void)bp;
+}
+#endif
+
+/* The scratch own_gemm packs B into: one per thread (kernels run with the GIL released),
+ * allocated on first use and kept, 1 MB. */
+static __thread float *g_bp = NULL;
+
+static float *b_scratch(void) {
+    if (g_bp == NULL)
+        g_bp = aligned_alloc(64, (size_t)GEMM_NC * GEMM_KC * sizeof(float));
+    return g_bp;
+}
+
+/* C = A B + beta C with A given packed (ap, own_gemm) or plain (a, OpenBLAS). */
+static void gemm_either(int64_t m, int64_t n, int64_t k, const float *ap, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, float beta, float *c, int64_t ldc, float *bp) {
+    if (ap == NULL || bp == NULL) {
+        sgemm(m, n, k, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    if (!g_profile) {
+        own_gemm(m, n, k, ap, b, ldb, beta, c, ldc, bp);
+        return;
+    }
+    double t0 = cpu_seconds();
+    own_gemm(m, n, k, ap, b, ldb, beta, c, ldc, bp);
+    g_gemm_seconds += cpu_seconds() - t0;
+}
+
+
+/* Packed weights: None (OpenBLAS on the plain weights) or `count` floats from pack_weights;
+ * then *bp is this thread's B scratch.  Packed weights on a CPU without the kernel: an error
+ * (ge/ops/native.py packs only where own_gemm_available()). */
+static int get_packed(PyObject *obj, Py_buffer *view, int64_t count, float **bp) {
+    memset(view, 0, sizeof(*view));
+    *bp = NULL;
+    if (obj == Py_None)
+        return 0;
+    if (!own_gemm_ready()) {
+        PyErr_SetString(PyExc_RuntimeError, "packed weights need the AVX2/FMA GEMM kernel");
+        return -1;
+    }
+    if (get_floats(obj, view, count, 0, 0, "packed") < 0)
+        return -1;
+    if ((*bp = b_scratch()) == NULL) {
+        PyBuffer_Release(view);
+        memset(view, 0, sizeof(*view));
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *own_gemm_available(PyObject *self, PyObject *args) { return PyBool_FromLong(own_gemm_ready()); }
+
+static int check_mk(long long count, long long m, long long k) {
+    int64_t vals[] = {count, m, k}, lows[] = {1, 1, 1};
+    if (check_dims(vals, lows, 3) < 0)
+        return -1;
+    if (safe_mul(count, packed_floats(m, k)) >= INT64_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "weights too large");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *packed_size(PyObject *self, PyObject *args) {
+    long long m, k;
+    if (!PyArg_ParseTuple(args, "LL", &m, &k) || check_mk(1, m, k) < 0)
+        return NULL;
+    return PyLong_FromLongLong(packed_floats(m, k));
+}
+
+static PyObject *pack_weights(PyObject *self, PyObject *args) {
+    PyObject *wo, *outo;
+    long long count, m, k;
+    if (!PyArg_ParseTuple(args, "OLLLO", &wo, &count, &m, &k, &outo) || check_mk(count, m, k) < 0)
+        return NULL;
+    Py_buffer w, out;
+    if (get_floats(wo, &w, safe_mul3(count, m, k), 0, 0, "w") < 0)
+        return NULL;
+    const int64_t size = packed_floats(m, k);
+    if (get_floats(outo, &out, safe_mul(count, size), 1, 0, "out") < 0) {
+        release(&w);
+        return NULL;
+    }
+    const float *wb = (const float *)w.buf;
+    float *ob = (float *)out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < count; i++)
+        pack_a(m, k, wb + i * m * k, k, ob + i * size);
+    Py_END_ALLOW_THREADS
+    release(&w);
+    release(&out);
+    Py_RETURN_NONE;
+}
+
+/* gemm_packed(ap, m, k, b, n, c, beta): c (m x n) = A b + beta c, A packed by pack_weights
+ * (tests/test_native_conv.py checks the kernel against numpy on edge sizes). */
+static PyObject *gemm_packed(PyObject *self, PyObject *args) {
+    PyObject *apo, *bo, *co;
+    long long m, k, n;
+    int accumulate;
+    if (!PyArg_ParseTuple(args, "OLLOLOp", &apo, &m, &k, &bo, &n, &co, &accumulate) || check_mk(1, m, k) < 0)
+        return NULL;
+    int64_t vals[] = {n}, lows[] = {1};
+    if (check_dims(vals, lows, 1) < 0)
+        return NULL;
+    Py_buffer ap, b, c;
+    float *bp;
+    if (get_packed(apo, &ap, packed_floats(m, k), &bp) < 0)
+        return NULL;
+    if (ap.buf == NULL) {
+        PyErr_SetString(PyExc_TypeError, "ap must be packed weights");
+        return NULL;
+    }
+    if (get_floats(bo, &b, safe_mul(k, n), 0, 0, "b") < 0) {
+        release(&ap);
+        return NULL;
+    }
+    if (get_floats(co, &c, safe_mul(m, n), 1, 0, "c") < 0) {
+        release(&ap); release(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    gemm_either(m, n, k, (const float *)ap.buf, NULL, k, (const float *)b.buf, n, accumulate ? 1.0f : 0.0f,
+                (float *)c.buf, n, bp);
+    Py_END_ALLOW_THREADS
+    release(&ap); release(&b); release(&c);
+    Py_RETURN_NONE;
+}
+
 /* -- Winograd transforms, 8 tiles of one tile row at a time ------------------------------ */
 
 /* 1-D input transforms B^T d of 4 (F2) or 6 (F4) lanes-vectors, stride s between them. */
@@ -208,8 +510,6 @@ static inline void at_f4(const vf *m, int s, vf *out, int o) {
 typedef struct {
     int64_t n, c, h, w, cout, oh, ow, pt, pl, m, th, tw, tiles;
 } WinoGeom;
-
-#define INLINE static inline __attribute__((always_inline))
 
 /* A block: up to LANES tiles side by side in one row of tiles (image nb, tile row ty, tile
  * columns tx0 ..); tiles are numbered t = (nb * th + ty) * tw + tx, the GEMMs' column. */
@@ -329,11 +629,11 @@ CLONES static void wino_output4(const WinoGeom *g, const float *mm, const float 
                                 float *y) { wino_output_m(g, mm, bias, base, relu, y, 4); }
 
 static PyObject *winograd3x3(PyObject *self, PyObject *args) {
-    PyObject *xo, *uo, *biaso, *baseo, *yo, *worko;
+    PyObject *xo, *uo, *biaso, *baseo, *yo, *worko, *packedo = Py_None;
     long long n, c, h, w, cout, m, pt, pl, oh, ow;
     int relu;
-    if (!PyArg_ParseTuple(args, "OLLLLOLLLLLLOOpOO", &xo, &n, &c, &h, &w, &uo, &cout, &m, &pt, &pl, &oh, &ow, &biaso,
-                          &baseo, &relu, &yo, &worko))
+    if (!PyArg_ParseTuple(args, "OLLLLOLLLLLLOOpOO|O", &xo, &n, &c, &h, &w, &uo, &cout, &m, &pt, &pl, &oh, &ow,
+                          &biaso, &baseo, &relu, &yo, &worko, &packedo))
         return NULL;
     if (m != 2 && m != 4) {
         PyErr_SetString(PyExc_ValueError, "m must be 2 or 4");
@@ -350,26 +650,30 @@ static PyObject *winograd3x3(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "conv too large");
         return NULL;
     }
-    Py_buffer x, u, bias, base, y, work;
+    Py_buffer x, u, bias, base, y, work, packed;
     memset(&u, 0, sizeof u); memset(&bias, 0, sizeof bias); memset(&base, 0, sizeof base);
-    memset(&y, 0, sizeof y); memset(&work, 0, sizeof work);
+    memset(&y, 0, sizeof y); memset(&work, 0, sizeof work); memset(&packed, 0, sizeof packed);
     PyObject *result = NULL;
+    float *bp = NULL;
+    const int64_t upanel = packed_floats(cout, c);
     int64_t vsize = safe_mul3(aa, c, g.tiles), msize = safe_mul3(aa, cout, g.tiles);
     if (get_floats(xo, &x, safe_mul4(n, c, h, w), 0, 0, "x") < 0)
         return NULL;
-    if (get_floats(uo, &u, aa * cout * c, 0, 0, "u") < 0 || get_optional(biaso, &bias, cout, "bias") < 0
+    if (get_packed(packedo, &packed, safe_mul(aa, upanel), &bp) < 0
+        || (packed.buf == NULL ? get_floats(uo, &u, aa * cout * c, 0, 0, "u") : get_optional(uo, &u, aa * cout * c, "u")) < 0
+        || get_optional(biaso, &bias, cout, "bias") < 0
         || get_optional(baseo, &base, safe_mul4(n, cout, oh, ow), "base") < 0
         || get_floats(yo, &y, safe_mul4(n, cout, oh, ow), 1, 0, "y") < 0
         || get_floats(worko, &work, vsize + msize, 1, 1, "work") < 0)
         goto done;
     {
         float *v = (float *)work.buf, *mm = v + vsize;
-        const float *ub = (const float *)u.buf;
+        const float *ub = (const float *)u.buf, *pk = (const float *)packed.buf;
         Py_BEGIN_ALLOW_THREADS
         if (m == 2) wino_input2(&g, (const float *)x.buf, v); else wino_input4(&g, (const float *)x.buf, v);
         for (int64_t p = 0; p < aa; p++)
-            sgemm(cout, g.tiles, c, ub + p * cout * c, c, v + p * c * g.tiles, g.tiles, 0.0f, mm + p * cout * g.tiles,
-                  g.tiles);
+            gemm_either(cout, g.tiles, c, pk ? pk + p * upanel : NULL, ub ? ub + p * cout * c : NULL, c,
+                        v + p * c * g.tiles, g.tiles, 0.0f, mm + p * cout * g.tiles, g.tiles, bp);
         if (m == 2)
             wino_output2(&g, mm, (const float *)bias.buf, (const float *)base.buf, relu, (float *)y.buf);
         else
@@ -379,7 +683,7 @@ static PyObject *winograd3x3(PyObject *self, PyObject *args) {
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    release(&x); release(&u); release(&bias); release(&base); release(&y); release(&work);
+    release(&x); release(&u); release(&bias); release(&base); release(&y); release(&work); release(&packed);
     return result;
 }
 
@@ -465,11 +769,11 @@ static int64_t rows_per_block(int64_t cout, int64_t k, int64_t oh, int64_t ow) {
 }
 
 static PyObject *conv_gemm(PyObject *self, PyObject *args) {
-    PyObject *xo, *wo, *biaso, *baseo, *yo, *worko;
+    PyObject *xo, *wo, *biaso, *baseo, *yo, *worko, *packedo = Py_None;
     long long n, c, h, w, cout, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
     int relu;
-    if (!PyArg_ParseTuple(args, "OLLLLOLLLLLLLLLLLOOpOO", &xo, &n, &c, &h, &w, &wo, &cout, &kh, &kw, &sh, &sw, &dh,
-                          &dw, &pt, &pl, &oh, &ow, &biaso, &baseo, &relu, &yo, &worko))
+    if (!PyArg_ParseTuple(args, "OLLLLOLLLLLLLLLLLOOpOO|O", &xo, &n, &c, &h, &w, &wo, &cout, &kh, &kw, &sh, &sw,
+                          &dh, &dw, &pt, &pl, &oh, &ow, &biaso, &baseo, &relu, &yo, &worko, &packedo))
         return NULL;
     int64_t vals[] = {n, c, h, w, cout, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow};
     int64_t lows[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1};
@@ -482,13 +786,17 @@ static PyObject *conv_gemm(PyObject *self, PyObject *args) {
     }
     /* a 1x1 stride-1 unpadded conv reads x as its GEMM operand in place */
     const int direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w;
-    Py_buffer x, wt, bias, base, y, work;
+    Py_buffer x, wt, bias, base, y, work, packed;
     memset(&wt, 0, sizeof wt); memset(&bias, 0, sizeof bias); memset(&base, 0, sizeof base);
-    memset(&y, 0, sizeof y); memset(&work, 0, sizeof work);
+    memset(&y, 0, sizeof y); memset(&work, 0, sizeof work); memset(&packed, 0, sizeof packed);
     PyObject *result = NULL;
+    float *bp = NULL;
     if (get_floats(xo, &x, safe_mul4(n, c, h, w), 0, 0, "x") < 0)
         return NULL;
-    if (get_floats(wo, &wt, safe_mul(cout, k), 0, 0, "w") < 0 || get_optional(biaso, &bias, cout, "bias") < 0
+    if (get_packed(packedo, &packed, packed_floats(cout, k), &bp) < 0
+        || (packed.buf == NULL ? get_floats(wo, &wt, safe_mul(cout, k), 0, 0, "w")
+                               : get_optional(wo, &wt, safe_mul(cout, k), "w")) < 0
+        || get_optional(biaso, &bias, cout, "bias") < 0
         || get_optional(baseo, &base, safe_mul3(n, cout, p), "base") < 0
         || get_floats(yo, &y, safe_mul3(n, cout, p), 1, 0, "y") < 0
         || get_floats(worko, &work, direct ? 0 : safe_mul(k, p), 1, 1, "work") < 0)      /* a whole map: any block fits */
@@ -507,8 +815,8 @@ static PyObject *conv_gemm(PyObject *self, PyObject *args) {
                 if (!direct)
                     im2col(&g, xi, cols, oy0, r);
                 int acc = prefill(yi + at, cout, n_cols, p, (const float *)bias.buf, basei ? basei + at : NULL);
-                sgemm(cout, n_cols, k, (const float *)wt.buf, k, direct ? xi + at : cols, direct ? p : n_cols,
-                      acc ? 1.0f : 0.0f, yi + at, p);
+                gemm_either(cout, n_cols, k, (const float *)packed.buf, (const float *)wt.buf, k,
+                            direct ? xi + at : cols, direct ? p : n_cols, acc ? 1.0f : 0.0f, yi + at, p, bp);
                 if (relu)
                     relu_rows(yi + at, cout, n_cols, p);
             }
@@ -518,7 +826,7 @@ static PyObject *conv_gemm(PyObject *self, PyObject *args) {
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    release(&x); release(&wt); release(&bias); release(&base); release(&y); release(&work);
+    release(&x); release(&wt); release(&bias); release(&base); release(&y); release(&work); release(&packed);
     return result;
 }
 
@@ -630,14 +938,20 @@ static PyObject *max_pool2d(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"max_pool2d", max_pool2d, METH_VARARGS,
      "max_pool2d(x, planes, h, w, kh, kw, sh, sw, dh, dw, pad_top, pad_left, oh, ow, y)"},
+    {"own_gemm_available", own_gemm_available, METH_NOARGS,
+     "own_gemm_available() -> whether this CPU runs the prepacked-weights GEMM (AVX2 + FMA)."},
+    {"packed_size", packed_size, METH_VARARGS, "packed_size(m, k) -> floats pack_weights writes per m x k matrix."},
+    {"pack_weights", pack_weights, METH_VARARGS,
+     "pack_weights(w, count, m, k, out): count m x k matrices into the GEMM's packed layout."},
+    {"gemm_packed", gemm_packed, METH_VARARGS, "gemm_packed(ap, m, k, b, n, c, accumulate): c = A b (+ c)."},
     {"set_sgemm", set_sgemm, METH_VARARGS, "set_sgemm(address, ilp64): the cblas_sgemm every kernel calls."},
     {"gemm_profile", gemm_profile, METH_VARARGS,
      "gemm_profile(on) -> CPU seconds spent in sgemm so far while profiling was on; switches it."},
     {"winograd3x3", winograd3x3, METH_VARARGS,
-     "winograd3x3(x, n, c, h, w, u, cout, m, pad_top, pad_left, oh, ow, bias, base, relu, y, work)"},
+     "winograd3x3(x, n, c, h, w, u, cout, m, pad_top, pad_left, oh, ow, bias, base, relu, y, work[, packed])"},
     {"conv_gemm", conv_gemm, METH_VARARGS,
      "conv_gemm(x, n, c, h, w, wmat, cout, kh, kw, sh, sw, dh, dw, pad_top, pad_left, oh, ow, bias, base, relu, y, "
-     "work)"},
+     "work[, packed])"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "atc_py's compiled conv kernels.", -1,
