@@ -4,9 +4,9 @@
  *
  * Why: the numpy path spends ~28 ms of a ResNet-50 forward outside its GEMMs (Winograd
  * transforms as whole-array passes, im2col copies, bias/residual/ReLU passes, temporaries);
- * here each kernel reads its input once and writes its output once.  The GEMMs stay in
- * numpy's own OpenBLAS: Python hands us its cblas_sgemm address (ge/ops/openblas.py) once,
- * through set_sgemm.  Optional: if this file does not build, ge/ops/native.py reports it
+ * here each kernel reads its input once and writes its output once.  The GEMMs: our own,
+ * on weights packed once at load ("our own GEMM" below), or numpy's own OpenBLAS (Python
+ * hands us its cblas_sgemm address, ge/ops/openblas.py, once, through set_sgemm).  Optional: if this file does not build, ge/ops/native.py reports it
  * unavailable and the numpy path runs (ARCHITECTURE.md, "ge/ops/csrc").
  *
  * Portability: plain C99 + GCC vector extensions (8 float lanes, lowered to whatever the
