@@ -271,6 +271,12 @@ def prepare(graph: Graph, dtype_of: Optional[Callable[[Node], np.dtype]] = None)
                             for arg, v in zip(args, node.inputs)], attrs)
             except Exception:      # only an early start: the forward's kernel reports what is wrong
                 pass
+            # what it read of the mapped weights (a conv packing them for its GEMM) need not stay resident
+            unreleased += sum(arg[1].nbytes for arg in args if arg is not None and arg[0]
+                              and isinstance(arg[1], np.ndarray) and arg[1].base is not None)
+            if unreleased >= _RELEASE_EVERY_BYTES:
+                release_mapped()
+                unreleased = 0
         steps.append(Step(node, op, attrs, args, dtype, kept, frees))
     outputs = [(v.name, v.const if v.is_const else None, id(v), np.dtype(v.desc.dtype)) for v in graph.outputs]
     release_mapped()           # the mapped pages the conversions read need not stay resident

@@ -80,6 +80,9 @@ SHAPES = [
     # a stem in blocks of 20, 20 and 19 rows; a strided 1x1 in blocks of 25 and 19 rows
     ((2, 3, 118, 117), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 2, 3, 3]}),
     ((1, 64, 88, 60), (64, 64, 1, 1), {"strides": [2, 1]}),
+    # K across two of the packed GEMM's 256-deep blocks: bias and base added by the first, ReLU by the last
+    ((1, 300, 9, 9), (13, 300, 1, 1), {}),
+    ((1, 40, 10, 9), (7, 40, 3, 3), {"strides": [2, 1], "pads": [1, 1, 1, 1]}),
 ]
 
 

@@ -293,16 +293,21 @@ def test_winograd_weights_are_ready_when_the_model_is_loaded(tmp_path, second_co
     """A conv that takes the Winograd path (ge/ops/winograd.py: 3x3, stride 1, enough output
     tiles) has its transformed weights computed at load (OpDef.prepare), so the first forward
     does not pay for them -- in a conv block and as the first part of a conv chain; a 1x1
-    conv gets none."""
-    from ge.ops import winograd
+    conv gets none.  Where the compiled kernels' own GEMM runs (ge/ops/native.py `packing`),
+    they are kept packed for it instead, and so are the 1x1 conv's weights."""
+    from ge.ops import native, winograd
 
     model = runner.load_model(_conv_om(tmp_path, second_conv))
     (step,) = model.plan.steps
     weights = {arg[1].shape[2:]: arg[1] for arg in step.args if arg and arg[0] and arg[1].ndim == 4}
     assert step.node.op_type == kernel and len(weights) == 1 + second_conv
-    prepared = {key[0] for key in winograd._weights}              # (id of the weight array, tiling)
-    assert id(weights[(3, 3)]) in prepared
-    assert not second_conv or id(weights[(1, 1)]) not in prepared
-    before = dict(winograd._weights)
+    kept = native._packed if native.packing() else winograd._weights
+    prepared = {key for key in kept}                      # (id of the weight array, Winograd m or 0)
+    assert (id(weights[(3, 3)]), winograd.tiling_for((16, 16)).m) in prepared
+    if second_conv:
+        assert ((id(weights[(1, 1)]), 0) in prepared) == native.packing()
+    if native.packing():
+        assert not any(key[0] == id(weights[(3, 3)]) for key in winograd._weights)     # not also as U
+    before = dict(kept)
     runner.forward(model, runner.random_inputs(model.graph))
-    assert winograd._weights.keys() == before.keys()          # nothing more computed by the forward
+    assert kept.keys() == before.keys()          # nothing more computed by the forward

@@ -431,9 +431,10 @@ def conv_prepare(inputs, attrs) -> None:
         return
     ct, group = _compute_dtype(x.dtype), int(attrs.get("group", 1))
     wino = winograd.applies(ct, w.shape, group, win.strides, win.dilations, win.out)
+    packed = None
     if ct == np.float32 and w.ndim == 4 and group == 1 and native.packing():
-        native.packed_weights(w, winograd.tiling_for(win.out) if wino else None)    # what the GEMMs read
-    elif wino:
+        packed = native.packed_weights(w, winograd.tiling_for(win.out) if wino else None)  # what the GEMMs read
+    if wino and packed is None:     # OpenBLAS's GEMMs (or numpy's) read U
         winograd.transformed_weights(w, winograd.tiling_for(win.out))
 
 

@@ -191,9 +191,15 @@ static int64_t safe_mul4(int64_t a, int64_t b, int64_t c, int64_t d) { return sa
 
 #define GEMM_MR 6
 #define GEMM_NR 16
+#ifndef GEMM_KC                 /* (overridable with -D to try other blockings) */
 #define GEMM_KC 256
+#endif
+#ifndef GEMM_MC
 #define GEMM_MC 96              /* multiple of MR: an A block of 96 x 256 floats, 96 KB (L2) */
+#endif
+#ifndef GEMM_NC
 #define GEMM_NC 1024            /* multiple of NR: a B block of 256 x 1024 floats, 1 MB */
+#endif
 
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));
@@ -257,8 +263,10 @@ OWN_TARGET static void pack_b(int64_t kc, int64_t nc, const float *b, int64_t ld
 /* one float in all lanes: vbroadcastss from memory (a vector literal compiles to inserts) */
 #define bcast(f) ((v8)_mm256_broadcast_ss(&(f)))
 
-/* C[0..MR)[0..8*nv) (rows ldc apart) = (acc ? C : 0) + A panel x B panel over kc. */
-OWN_TARGET INLINE void micro_kernel(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int acc, const int nv) {
+/* C[0..MR)[0..8*nv) (rows ldc apart) = A panel x B panel over kc (+ src, a tile ldc apart:
+ * C itself or the base) (+ bias[row]), ReLU'd (NaN kept) if relu. */
+OWN_TARGET INLINE void micro_kernel(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                    const float *src, const float *bias, int relu, const int nv) {
     v8 r0 = {0}, r1 = {0}, r2 = {0}, r3 = {0}, r4 = {0}, r5 = {0};
     v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0};
     for (int64_t k = 0; k < kc; k++, a += GEMM_MR, b += 8 * nv) {
@@ -274,36 +282,52 @@ OWN_TARGET INLINE void micro_kernel(int64_t kc, const float *a, const float *b, 
     }
     v8 *rows[GEMM_MR] = {&r0, &r1, &r2, &r3, &r4, &r5}, *rows2[GEMM_MR] = {&s0, &s1, &s2, &s3, &s4, &s5};
     for (int i = 0; i < GEMM_MR; i++) {
-        v8u *d = (v8u *)(c + i * ldc);
-        if (acc) {
-            d[0] += *rows[i];
-            if (nv == 2) d[1] += *rows2[i];
-        } else {
-            d[0] = *rows[i];
-            if (nv == 2) d[1] = *rows2[i];
+        v8 lo = *rows[i], hi = *rows2[i];
+        if (src) {
+            const v8u *from = (const v8u *)(src + i * ldc);
+            lo += from[0];
+            if (nv == 2) hi += from[1];
         }
+        if (bias) {
+            lo += bcast(bias[i]);
+            if (nv == 2) hi += bcast(bias[i]);
+        }
+        if (relu) {             /* max(0, v): v when v is NaN */
+            lo = (v8)_mm256_max_ps((__m256){0}, (__m256)lo);
+            if (nv == 2) hi = (v8)_mm256_max_ps((__m256){0}, (__m256)hi);
+        }
+        v8u *d = (v8u *)(c + i * ldc);
+        d[0] = lo;
+        if (nv == 2) d[1] = hi;
     }
 }
 
-OWN_TARGET static void kernel16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int acc) {
-    micro_kernel(kc, a, b, c, ldc, acc, 2);
+OWN_TARGET static void kernel16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, const float *src,
+                                const float *bias, int relu) {
+    micro_kernel(kc, a, b, c, ldc, src, bias, relu, 2);
 }
 
-OWN_TARGET static void kernel8(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int acc) {
-    micro_kernel(kc, a, b, c, ldc, acc, 1);
+OWN_TARGET static void kernel8(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, const float *src,
+                               const float *bias, int relu) {
+    micro_kernel(kc, a, b, c, ldc, src, bias, relu, 1);
 }
 
-/* C (m x n, rows ldc apart) = A x B + beta C, A packed by pack_a (m x k), B rows ldb apart;
- * beta 0 or 1.  bp: NC/NR * KC * NR floats of 32-byte aligned scratch. */
+/* C (m x n, rows ldc apart) = A x B (+ C if beta is 1, else + base) (+ bias[row]), ReLU'd if
+ * relu: the epilogue in the kernel's stores, no pass over C of its own.  A packed by pack_a
+ * (m x k); B and base rows ldb and ldc apart (base may be C itself).  bp: NC * KC floats of
+ * 32-byte aligned scratch. */
 OWN_TARGET static void own_gemm(int64_t m, int64_t n, int64_t k, const float *ap, const float *b, int64_t ldb,
-                                float beta, float *c, int64_t ldc, float *bp) {
+                                float beta, float *c, int64_t ldc, float *bp, const float *bias, const float *base,
+                                int relu) {
     const int64_t panels = (m + GEMM_MR - 1) / GEMM_MR;
     float edge[GEMM_MR * GEMM_NR] __attribute__((aligned(32)));
     for (int64_t jc = 0; jc < n; jc += GEMM_NC) {
         const int64_t nc = n - jc < GEMM_NC ? n - jc : GEMM_NC;
         for (int64_t pc = 0; pc < k; pc += GEMM_KC) {
             const int64_t kc = k - pc < GEMM_KC ? k - pc : GEMM_KC;
-            const int acc = pc > 0 || beta != 0.0f;
+            const int first = pc == 0, last = pc + kc >= k, rl = last && relu;
+            /* what the first K block adds: C (beta 1) or the base; later blocks add C */
+            const float *addend = !first || beta != 0.0f ? c : base;
             pack_b(kc, nc, b + pc * ldb + jc, ldb, bp);
             const float *ablock = ap + pc * panels * GEMM_MR;
             for (int64_t i0 = 0; i0 < panels; i0 += GEMM_MC / GEMM_MR) {
@@ -314,18 +338,24 @@ OWN_TARGET static void own_gemm(int64_t m, int64_t n, int64_t k, const float *ap
                     const float *bpanel = bp + j0 * kc;
                     for (int64_t i = i0; i < i1; i++) {
                         const float *apanel = ablock + i * kc * GEMM_MR;
-                        const int64_t rows = m - i * GEMM_MR < GEMM_MR ? m - i * GEMM_MR : GEMM_MR;
-                        float *ct = c + i * GEMM_MR * ldc + jc + j0;
+                        const int64_t row0 = i * GEMM_MR, rows = m - row0 < GEMM_MR ? m - row0 : GEMM_MR;
+                        const int64_t at = row0 * ldc + jc + j0;
+                        const float *src = addend ? addend + at : NULL, *bs = first && bias ? bias + row0 : NULL;
+                        float *ct = c + at;
                         if (rows == GEMM_MR && w == (narrow ? 8 : GEMM_NR)) {
-                            if (narrow) kernel8(kc, apanel, bpanel, ct, ldc, acc);
-                            else kernel16(kc, apanel, bpanel, ct, ldc, acc);
+                            if (narrow) kernel8(kc, apanel, bpanel, ct, ldc, src, bs, rl);
+                            else kernel16(kc, apanel, bpanel, ct, ldc, src, bs, rl);
                             continue;
                         }
-                        if (narrow) kernel8(kc, apanel, bpanel, edge, GEMM_NR, 0);
-                        else kernel16(kc, apanel, bpanel, edge, GEMM_NR, 0);
+                        if (narrow) kernel8(kc, apanel, bpanel, edge, GEMM_NR, NULL, NULL, 0);
+                        else kernel16(kc, apanel, bpanel, edge, GEMM_NR, NULL, NULL, 0);
                         for (int64_t r = 0; r < rows; r++)
-                            for (int64_t q = 0; q < w; q++)
-                                ct[r * ldc + q] = acc ? ct[r * ldc + q] + edge[r * GEMM_NR + q] : edge[r * GEMM_NR + q];
+                            for (int64_t q = 0; q < w; q++) {
+                                float v = edge[r * GEMM_NR + q];
+                                if (src) v += src[r * ldc + q];
+                                if (bs) v += bs[r];
+                                ct[r * ldc + q] = rl && v < 0.0f ? 0.0f : v;
+                            }
                     }
                 }
             }
@@ -334,8 +364,9 @@ OWN_TARGET static void own_gemm(int64_t m, int64_t n, int64_t k, const float *ap
 }
 #else
 static void own_gemm(int64_t m, int64_t n, int64_t k, const float *ap, const float *b, int64_t ldb, float beta,
-                     float *c, int64_t ldc, float *bp) {
+                     float *c, int64_t ldc, float *bp, const float *bias, const float *base, int relu) {
     (void)m; (void)n; (void)k; (void)ap; (void)b; (void)ldb; (void)beta; (void)c; (void)ldc; (void)bp;
+    (void)bias; (void)base; (void)relu;
 }
 #endif
 
@@ -349,6 +380,18 @@ static float *b_scratch(void) {
     return g_bp;
 }
 
+static void own_gemm_timed(int64_t m, int64_t n, int64_t k, const float *ap, const float *b, int64_t ldb,
+                           float beta, float *c, int64_t ldc, float *bp, const float *bias, const float *base,
+                           int relu) {
+    if (!g_profile) {
+        own_gemm(m, n, k, ap, b, ldb, beta, c, ldc, bp, bias, base, relu);
+        return;
+    }
+    double t0 = cpu_seconds();
+    own_gemm(m, n, k, ap, b, ldb, beta, c, ldc, bp, bias, base, relu);
+    g_gemm_seconds += cpu_seconds() - t0;
+}
+
 /* C = A B + beta C with A given packed (ap, own_gemm) or plain (a, OpenBLAS). */
 static void gemm_either(int64_t m, int64_t n, int64_t k, const float *ap, const float *a, int64_t lda,
                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc, float *bp) {
@@ -356,13 +399,7 @@ static void gemm_either(int64_t m, int64_t n, int64_t k, const float *ap, const 
         sgemm(m, n, k, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    if (!g_profile) {
-        own_gemm(m, n, k, ap, b, ldb, beta, c, ldc, bp);
-        return;
-    }
-    double t0 = cpu_seconds();
-    own_gemm(m, n, k, ap, b, ldb, beta, c, ldc, bp);
-    g_gemm_seconds += cpu_seconds() - t0;
+    own_gemm_timed(m, n, k, ap, b, ldb, beta, c, ldc, bp, NULL, NULL, 0);
 }
 
 
@@ -814,9 +851,15 @@ static PyObject *conv_gemm(PyObject *self, PyObject *args) {
                 const int64_t r = oh - oy0 < rows ? oh - oy0 : rows, at = oy0 * ow, n_cols = r * ow;
                 if (!direct)
                     im2col(&g, xi, cols, oy0, r);
+                const float *bcols = direct ? xi + at : cols;
+                const int64_t ldb = direct ? p : n_cols;
+                if (packed.buf) {          /* bias, base and ReLU in the GEMM's stores */
+                    own_gemm_timed(cout, n_cols, k, (const float *)packed.buf, bcols, ldb, 0.0f, yi + at, p, bp,
+                                   (const float *)bias.buf, basei ? basei + at : NULL, relu);
+                    continue;
+                }
                 int acc = prefill(yi + at, cout, n_cols, p, (const float *)bias.buf, basei ? basei + at : NULL);
-                gemm_either(cout, n_cols, k, (const float *)packed.buf, (const float *)wt.buf, k,
-                            direct ? xi + at : cols, direct ? p : n_cols, acc ? 1.0f : 0.0f, yi + at, p, bp);
+                sgemm(cout, n_cols, k, (const float *)wt.buf, k, bcols, ldb, acc ? 1.0f : 0.0f, yi + at, p);
                 if (relu)
                     relu_rows(yi + at, cout, n_cols, p);
             }
