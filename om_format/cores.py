@@ -19,9 +19,17 @@ directories, for ge.limits' memory limit too).
 from __future__ import annotations
 
 import os
+import time
 from typing import Optional
 
+from om_format import cgroups
 from om_format.cgroups import controller_dirs, read_fields, read_int
+
+# The quota is read again at most this often: reading the cgroup files costs ~0.2 ms and
+# usable_cores runs before every forward (a small model's forward: ~0.6 ms); a quota rarely
+# changes, and when it does a second's delay costs nothing.
+QUOTA_RECHECK_S = 1.0
+_quota_read = None               # (cgroups.PROC_CGROUP, cgroups.PROC_MOUNTINFO, when, limit) of the last read
 
 
 def usable_cores() -> int:
@@ -30,8 +38,18 @@ def usable_cores() -> int:
         affinity = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         affinity = os.cpu_count() or 1
-    quota = cgroup_cpu_limit()
+    quota = _recent_cgroup_cpu_limit()
     return max(1, affinity if quota is None else min(affinity, quota))
+
+
+def _recent_cgroup_cpu_limit() -> Optional[int]:
+    """cgroup_cpu_limit, read again once QUOTA_RECHECK_S has passed since the last read (or
+    at once when other proc files are asked about)."""
+    global _quota_read
+    now, where = time.monotonic(), (cgroups.PROC_CGROUP, cgroups.PROC_MOUNTINFO)
+    if _quota_read is None or _quota_read[:2] != where or now - _quota_read[2] >= QUOTA_RECHECK_S:
+        _quota_read = where + (now, cgroup_cpu_limit())
+    return _quota_read[3]
 
 
 def cgroup_cpu_limit() -> Optional[int]:

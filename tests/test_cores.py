@@ -126,6 +126,7 @@ def _fake_cgroup(tmp_path, monkeypatch, membership: str, mounts: list, files: di
     """The affinity mask is faked too, so the quota is what decides."""
     fake_cgroup(tmp_path, monkeypatch, membership, mounts, files)
     monkeypatch.setattr(cores.os, "sched_getaffinity", lambda pid: set(range(affinity)))
+    monkeypatch.setattr(cores, "QUOTA_RECHECK_S", 0.0)        # these tests change the files between calls
 
 
 def test_cgroup_v2_quota_caps_the_usable_cores_rounded_down(tmp_path, monkeypatch):
@@ -192,3 +193,27 @@ def test_a_cgroup_path_outside_the_mounted_root_reads_the_mount_point_only(tmp_p
                  {"cg2/cpu.max": "200000 100000"})
     assert cores.cgroup_cpu_limit() == 2
     assert [d for d, _ in cgroups.controller_dirs("cpu")] == [str(tmp_path / "cg2")]
+
+
+def test_the_quota_is_read_again_only_after_quota_recheck_s(tmp_path, monkeypatch):
+    """usable_cores runs before every forward (blas.fit_to_free_cores): reading the cgroup
+    files each time cost ~0.2 ms, a third of a small model's forward.  A quota rarely changes:
+    it is read again once QUOTA_RECHECK_S has passed, or when the files asked about change."""
+    _fake_cgroup(tmp_path, monkeypatch, "0::/\n", V2, {"cg2/cpu.max": "300000 100000"})
+    monkeypatch.setattr(cores, "QUOTA_RECHECK_S", 60.0)
+    now = [1000.0]
+    monkeypatch.setattr(cores.time, "monotonic", lambda: now[0])
+    reads = []
+    real = cores.cgroup_cpu_limit
+    monkeypatch.setattr(cores, "cgroup_cpu_limit", lambda: reads.append(1) or real())
+    assert cores.usable_cores() == 3
+    (tmp_path / "cg2/cpu.max").write_text("200000 100000")
+    now[0] += 30
+    assert cores.usable_cores() == 3 and len(reads) == 1      # within the interval: not read again
+    now[0] += 31
+    assert cores.usable_cores() == 2 and len(reads) == 2
+    other = tmp_path / "other"
+    other.mkdir()
+    _fake_cgroup(other, monkeypatch, "0::/\n", V2, {"cg2/cpu.max": "100000 100000"})
+    monkeypatch.setattr(cores, "QUOTA_RECHECK_S", 60.0)
+    assert cores.usable_cores() == 1 and len(reads) == 3      # other files asked about: read at once
