@@ -88,9 +88,10 @@ def _proc_status_kb(field: str) -> int:
 def _cgroup_room() -> Optional[int]:
     """Bytes left under the tightest memory limit of this process's cgroup and its ancestors
     (om_format.cgroups finds them: v1, v2, hybrid hosts, namespaces): v2 `memory.max` less
-    `memory.current`, v1 `memory.limit_in_bytes` less `memory.usage_in_bytes`.  None when no
-    limit is set or none can be read ("max", v1's huge "unlimited", a missing or malformed
-    file); a limit whose usage cannot be read still binds, at the limit itself."""
+    `memory.current`, v1 `memory.limit_in_bytes` less `memory.usage_in_bytes`, the usage less
+    the inactive page cache the kernel drops before it kills anything (`_inactive_file`).  None
+    when no limit is set or none can be read ("max", v1's huge "unlimited", a missing or
+    malformed file); a limit whose usage cannot be read still binds, at the limit itself."""
     rooms = []
     for directory, version in controller_dirs("memory"):
         limit_file, usage_file = (("memory.max", "memory.current") if version == 2
@@ -98,9 +99,27 @@ def _cgroup_room() -> Optional[int]:
         limit = read_int(os.path.join(directory, limit_file))
         if limit is None or not 0 <= limit < CGROUP_V1_UNLIMITED:
             continue
-        usage = read_int(os.path.join(directory, usage_file))
-        rooms.append(limit - max(usage or 0, 0))
+        usage = max(read_int(os.path.join(directory, usage_file)) or 0, 0)
+        rooms.append(limit - max(usage - _inactive_file(directory, version), 0))
     return min(rooms) if rooms else None
+
+
+def _inactive_file(directory: str, version: int) -> int:
+    """Bytes of inactive page cache a memory cgroup's usage counts (memory.stat: v2
+    `inactive_file`, v1 `total_inactive_file`, its whole hierarchy's); 0 when unreadable.
+    A model file just read stays cached and counted -- 4 GB for a 1.1B decoder -- but the
+    kernel drops it before it kills anything under the limit (docker and the kubelet leave
+    it out of a cgroup's working set the same way)."""
+    key = "inactive_file" if version == 2 else "total_inactive_file"
+    try:
+        with open(os.path.join(directory, "memory.stat"), encoding="ascii") as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return max(int(value), 0)
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    return 0
 
 
 def address_space_bytes() -> Optional[int]:

@@ -88,3 +88,22 @@ def test_cpu_and_memory_find_their_own_v1_hierarchies(tmp_path, monkeypatch):
     fake_cgroup(tmp_path, monkeypatch, membership, mounts, {})
     assert list(cgroups.controller_dirs("memory")) == [(str(tmp_path / p), 1) for p in ("mem/m/x", "mem/m", "mem")]
     assert list(cgroups.controller_dirs("cpu")) == [(str(tmp_path / p), 1) for p in ("cpu/c", "cpu")]
+
+
+def test_page_cache_the_kernel_can_drop_is_room(tmp_path, monkeypatch):
+    """memory.current (v2) and usage_in_bytes (v1) count the page cache -- a model file just
+    read, 4 GB for a 1.1B decoder -- which the kernel drops before it kills anything under
+    the limit: its inactive part (memory.stat inactive_file; v1 total_inactive_file, the
+    hierarchy's) is room, as docker and the kubelet count a cgroup's working set."""
+    fake_cgroup(tmp_path, monkeypatch, "0::/job\n", V2,
+                {"cg2/job/memory.max": f"{512 * MiB}\n", "cg2/job/memory.current": f"{400 * MiB}\n",
+                 "cg2/job/memory.stat": f"anon {60 * MiB}\nfile {340 * MiB}\nactive_file {40 * MiB}\n"
+                                        f"inactive_file {300 * MiB}\n"})
+    assert limits._cgroup_room() == 412 * MiB
+    other = tmp_path / "v1"
+    other.mkdir()
+    fake_cgroup(other, monkeypatch, "4:memory:/\n", [("cgroup", "/", "mem", "rw,memory")],
+                {"mem/memory.limit_in_bytes": f"{256 * MiB}\n", "mem/memory.usage_in_bytes": f"{200 * MiB}\n",
+                 "mem/memory.stat": f"cache {160 * MiB}\ninactive_file {10 * MiB}\n"
+                                    f"total_cache {160 * MiB}\ntotal_inactive_file {150 * MiB}\n"})
+    assert limits._cgroup_room() == 206 * MiB
