@@ -391,3 +391,61 @@ def test_an_empty_max_pool_gives_what_the_numpy_path_gives():
     x = rand(0, 3, 8, 8)
     got, ref = _both(lambda: nn.max_pool_compute([x], {"kernel_shape": [2, 2], "_outputs": 1})[0])
     assert got.shape == ref.shape == (0, 3, 7, 7)
+
+
+def _reference_conv(x, w, strides, dilations, pads, out):
+    """conv in float64 straight from the definition: y[oy, ox] sums x[oy*s - p + k*d] * w[k],
+    x zero outside -- for any output size, not only the one the pads give."""
+    n, c, h, wd = x.shape
+    kh, kw = w.shape[2:]
+    span = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out, strides, (kh, kw), dilations)]
+    xp = np.zeros((n, c, span[0] + pads[0] + h, span[1] + pads[1] + wd))
+    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = x
+    y = np.zeros((n, w.shape[0]) + tuple(out))
+    for ki in range(kh):
+        for kj in range(kw):
+            r0, c0 = ki * dilations[0], kj * dilations[1]
+            tap = xp[:, :, r0:r0 + (out[0] - 1) * strides[0] + 1:strides[0], c0:c0 + (out[1] - 1) * strides[1] + 1:strides[1]]
+            y += np.einsum("nchw,oc->nohw", tap, w[:, :, ki, kj].astype(np.float64))
+    return y
+
+
+@needs_native
+def test_the_kernels_equal_a_float64_reference_on_any_geometry():
+    """ge.ops._native called directly, as a fuzz: any output size (windows past x on either
+    side, pads wider than x), strides and dilations up to 4 and 3, 1 to 17 tiles a row (lanes
+    of 8 and a tail), bias/residual/ReLU, and the residual as the output itself (y is base)."""
+    rng = np.random.default_rng(143)
+    for case in range(150):
+        n, c, cout = int(rng.integers(1, 3)), int(rng.integers(1, 7)), int(rng.integers(1, 9))
+        x = rand(n, c, int(rng.integers(1, 30)), int(rng.integers(1, 30)))
+        b = rand(cout) if case % 2 else None
+        relu = bool(case % 3)
+        if case % 4 == 0:
+            m = 2 if case % 8 else 4
+            pads, out = [int(v) for v in rng.integers(0, 6, 2)], [int(v) for v in rng.integers(1, 70, 2)]
+            w = rand(cout, c, 3, 3)
+            strides = dilations = [1, 1]
+        else:
+            w = rand(cout, c, int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+            strides, dilations = [int(v) for v in rng.integers(1, 5, 2)], [int(v) for v in rng.integers(1, 4, 2)]
+            pads, out = [int(v) for v in rng.integers(0, 8, 2)], [int(v) for v in rng.integers(1, 40, 2)]
+            if case % 5 == 0:                                   # 1x1 read in place
+                w, strides, pads, out = w[:, :, :1, :1].copy(), [1, 1], [0, 0], list(x.shape[2:])
+        base = rand(n, cout, *out) if case % 3 != 1 else None
+        ref = _reference_conv(x, w, strides, dilations, pads, out)
+        ref = ref + (b.reshape(1, -1, 1, 1) if b is not None else 0) + (base if base is not None else 0)
+        ref = np.maximum(ref, 0) if relu else ref
+        if case % 4 == 0:
+            got = native.winograd3x3(x, w, winograd.F2 if m == 2 else winograd.F4, pads, out, b, base, relu)
+            tol = 2e-6 if m == 2 else 2e-5
+        elif base is not None and case % 2:
+            into = base.copy()
+            got = native.conv_gemm(x, w, pads, out, strides, dilations, b, into, relu, into)
+            assert got is into
+            tol = 2e-6
+        else:
+            got = native.conv_gemm(x, w, pads, out, strides, dilations, b, base, relu)
+            tol = 2e-6
+        scale = max(1.0, float(np.abs(ref).max()))
+        assert float(np.abs(got - ref).max()) <= tol * scale, (case, x.shape, w.shape, strides, dilations, pads, out)
