@@ -117,7 +117,9 @@ def gemm_split(model, feeds, repeat: int) -> list:
     """(kernel kind, kernels, CPU ms per forward, of which in BLAS GEMMs) by kind, largest
     first: medians over `repeat` forwards, each kernel timed between executor callbacks and
     its GEMMs (np.matmul in ge/ops/nn.py and ge/ops/winograd.py, ge.ops.openblas.gemm_into,
-    and the sgemm calls of the compiled kernels, which time themselves: ge/ops/native.py)
+    and the GEMM calls of the compiled kernels -- OpenBLAS's sgemm or their own GEMM on
+    prepacked weights, with its packing of the activations and, for im2col convs, the bias,
+    residual and ReLU it applies in its stores -- which time themselves: ge/ops/native.py)
     timed inside it.  What is not GEMM is the kernel's own work (im2col, Winograd
     transforms, epilogues, in numpy or in C) and the executor's Python."""
     from ge.ops import native, nn, openblas, winograd
@@ -353,7 +355,7 @@ def main(argv=None) -> int:
         top = ", ".join(f"{t} {ms:.1f} ms ({100 * ms / total:.0f}%, {n}x)" for t, ms, n in r["breakdown"][:5])
         print(f"{r['model']} simulator time by op type: {top}")
         if "split" in r:
-            print(f"{r['model']} CPU ms per forward by kernel kind (median of {args.repeat}; GEMM = time in BLAS):")
+            print(f"{r['model']} CPU ms per forward by kernel kind (median of {args.repeat}; GEMM = time in GEMMs):")
             for kind, n, ms, gemm in r["split"]:
                 print(f"  {kind:<40} {n:>3}x  {ms:7.2f} ms  GEMM {gemm:7.2f}  other {ms - gemm:6.2f}")
             total, gemm = sum(row[2] for row in r["split"]), sum(row[3] for row in r["split"])
