@@ -411,10 +411,15 @@ def _reference_conv(x, w, strides, dilations, pads, out):
 
 
 @needs_native
-def test_the_kernels_equal_a_float64_reference_on_any_geometry():
+@pytest.mark.parametrize("weights", ["openblas", "packed"])
+def test_the_kernels_equal_a_float64_reference_on_any_geometry(weights):
     """ge.ops._native called directly, as a fuzz: any output size (windows past x on either
     side, pads wider than x), strides and dilations up to 4 and 3, 1 to 17 tiles a row (lanes
-    of 8 and a tail), bias/residual/ReLU, and the residual as the output itself (y is base)."""
+    of 8 and a tail), bias/residual/ReLU, and the residual as the output itself (y is base).
+    `packed`: read-only weights, so our GEMM on weights packed for it, its epilogue in the
+    stores (with y as base: reading and writing the same tile)."""
+    if weights == "packed" and not native.packing():
+        pytest.skip("no AVX2/FMA GEMM kernel on this CPU")
     rng = np.random.default_rng(143)
     for case in range(150):
         n, c, cout = int(rng.integers(1, 3)), int(rng.integers(1, 7)), int(rng.integers(1, 9))
@@ -433,6 +438,10 @@ def test_the_kernels_equal_a_float64_reference_on_any_geometry():
             if case % 5 == 0:                                   # 1x1 read in place
                 w, strides, pads, out = w[:, :, :1, :1].copy(), [1, 1], [0, 0], list(x.shape[2:])
         base = rand(n, cout, *out) if case % 3 != 1 else None
+        if weights == "packed":
+            w = _read_only(w)
+            assert native.packed_weights(w, winograd.F2 if case % 4 == 0 and m == 2 else
+                                         winograd.F4 if case % 4 == 0 else None) is not None
         ref = _reference_conv(x, w, strides, dilations, pads, out)
         ref = ref + (b.reshape(1, -1, 1, 1) if b is not None else 0) + (base if base is not None else 0)
         ref = np.maximum(ref, 0) if relu else ref
