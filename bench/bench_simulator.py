@@ -15,8 +15,9 @@ It prints the median of --repeat timed runs, min and max, the ratios, the first 
 after load against the median, and where the simulator's time goes (per op type).
 `--split` splits the simulator's CPU time per conv kind (kernel size, stride, map, path,
 epilogue) into BLAS GEMMs and the rest (im2col, Winograd transforms, epilogues, Python).
-The compiled conv kernels (ge/ops/native.py) run unless ATC_PY_NATIVE=0 is set; the
-first line says which path ran.
+The compiled conv kernels (ge/ops/native.py) run unless ATC_PY_NATIVE=0 is set, their GEMMs
+on weights packed at load unless ATC_PY_PACKED_GEMM=0 (then OpenBLAS's); the third line says
+which path ran.
 `--compete N` keeps N CPU-bound processes busy for the whole measurement (they are stopped
 at the end); `--many K` also times runner.run_many on K input sets with 1 and with all
 free cores; `--floor` times the model's conv GEMMs alone, one by one, in numpy (OpenBLAS)
@@ -320,7 +321,8 @@ def main(argv=None) -> int:
           f"{blas.usable_cores()} usable; load average before: {os.getloadavg()}")
     print(blas.describe())
     from ge.ops import native
-    print(f"conv kernels: {'compiled (ge/ops/csrc)' if native.enabled() else 'numpy'}"
+    gemm = "; conv GEMMs: " + ("ours, weights packed at load" if native.packing() else "OpenBLAS")
+    print(f"conv kernels: {'compiled (ge/ops/csrc)' + gemm if native.enabled() else 'numpy'}"
           f"{'' if native.built() else ' (extension not built)'}")
     competitors = [multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
                    for _ in range(args.compete)]
