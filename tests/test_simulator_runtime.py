@@ -302,12 +302,12 @@ def test_winograd_weights_are_ready_when_the_model_is_loaded(tmp_path, second_co
     weights = {arg[1].shape[2:]: arg[1] for arg in step.args if arg and arg[0] and arg[1].ndim == 4}
     assert step.node.op_type == kernel and len(weights) == 1 + second_conv
     kept = native._packed if native.packing() else winograd._weights
-    prepared = {key for key in kept}                      # (id of the weight array, Winograd m or 0)
+    prepared = kept.keys()                                # (id of the weight array, Winograd m or 0)
     assert (id(weights[(3, 3)]), winograd.tiling_for((16, 16)).m) in prepared
     if second_conv:
         assert ((id(weights[(1, 1)]), 0) in prepared) == native.packing()
     if native.packing():
-        assert not any(key[0] == id(weights[(3, 3)]) for key in winograd._weights)     # not also as U
-    before = dict(kept)
+        assert not any(key[0] == id(weights[(3, 3)]) for key in winograd._weights.keys())    # not also as U
+    before = kept.keys()
     runner.forward(model, runner.random_inputs(model.graph))
-    assert kept.keys() == before.keys()          # nothing more computed by the forward
+    assert kept.keys() == before                 # nothing more computed by the forward

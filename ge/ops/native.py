@@ -26,12 +26,12 @@ import ctypes
 import importlib
 import os
 import threading
-import weakref
 
 import numpy as np
 
 from ge import workspace
 from ge.ops import openblas, winograd
+from ge.ops.array_cache import ArrayCache
 
 try:       # the compiled module by its full name: it imports nothing (not the ge.ops package)
     _native = importlib.import_module("ge.ops._native")
@@ -42,7 +42,7 @@ force_numpy = os.environ.get("ATC_PY_NATIVE", "1").strip() == "0"
 force_openblas = os.environ.get("ATC_PY_PACKED_GEMM", "1").strip() == "0"
 _ready = None
 _local = threading.local()
-_packed: dict = {}          # (id(weight array), Winograd m or 0) -> (weakref to it, packed weights)
+_packed = ArrayCache()      # (weight array, Winograd m or 0) -> its packed weights
 
 
 def built() -> bool:
@@ -88,10 +88,10 @@ def packed_weights(w: np.ndarray, tiling=None):
     (`packing()` False, or w writeable: only constants are packed)."""
     if not packing() or not isinstance(w, np.ndarray) or w.flags.writeable:
         return None
-    key = (id(w), tiling.m if tiling is not None else 0)
-    hit = _packed.get(key)
-    if hit is not None and hit[0]() is w:
-        return hit[1]
+    tag = tiling.m if tiling is not None else 0
+    hit = _packed.get(w, tag)
+    if hit is not None:
+        return hit
     cout = w.shape[0]
     if tiling is not None:
         mats = winograd.transformed_weights(w, tiling, keep=False)       # U is kept only packed
@@ -101,12 +101,7 @@ def packed_weights(w: np.ndarray, tiling=None):
     packed = np.empty(count * _native.packed_size(cout, k), np.float32)
     _native.pack_weights(mats, count, cout, k, packed)
     packed.flags.writeable = False
-    try:
-        ref = weakref.ref(w, lambda _, key=key: _packed.pop(key, None))
-    except TypeError:          # not weak-referenceable: packed again next time
-        return packed
-    _packed[key] = (ref, packed)
-    return packed
+    return _packed.put(w, tag, packed)
 
 
 def gemm_cpu_seconds(profile: bool) -> float:

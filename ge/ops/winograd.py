@@ -28,13 +28,13 @@ adds a pass over the output would take.
 """
 from __future__ import annotations
 
-import weakref
 from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 
 from ge import workspace
+from ge.ops.array_cache import ArrayCache
 
 
 class Tiling(NamedTuple):
@@ -64,7 +64,7 @@ MIN_TILES = 36
 # 14x14 maps, 16 tiles of which 23% are padding, are faster in F2).
 MIN_F4_TILES = 36
 
-_weights: dict = {}           # (id(weight array), m) -> (weakref to it, U)
+_weights = ArrayCache()       # (weight array, m) -> its U
 
 
 def _tiles(out, m: int) -> int:
@@ -86,22 +86,14 @@ def tiling_for(out) -> Tiling:
 def transformed_weights(w: np.ndarray, tiling: Tiling = F2, keep: bool = True) -> np.ndarray:
     """U = G g G^T for every (C_out, C) pair, as (a*a, C_out, C) float32; cached per array
     unless `keep` is False (ge/ops/native.py keeps U packed for its GEMM instead)."""
-    key = (id(w), tiling.m)
-    hit = _weights.get(key)
-    if hit is not None and hit[0]() is w:
-        return hit[1]
+    hit = _weights.get(w, tiling.m)
+    if hit is not None:
+        return hit
     g = np.moveaxis(np.asarray(w, np.float64), (2, 3), (0, 1))              # (3, 3, C_out, C)
     u = np.einsum("ik,jl,klab->ijab", tiling.g, tiling.g, g)                 # G g G^T
     a = tiling.m + 2
     u = np.ascontiguousarray(u.reshape(a * a, w.shape[0], w.shape[1]), dtype=np.float32)
-    if not keep:
-        return u
-    try:
-        ref = weakref.ref(w, lambda _, key=key: _weights.pop(key, None))
-    except TypeError:          # not weak-referenceable: computed again next time
-        return u
-    _weights[key] = (ref, u)
-    return u
+    return _weights.put(w, tiling.m, u) if keep else u
 
 
 def _transform(matrix: np.ndarray, src, dst, tmp, scratch) -> None:
