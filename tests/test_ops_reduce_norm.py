@@ -43,7 +43,7 @@ def test_reduce_noop_with_empty_axes(op_type):
              config={"axes": np.array([], np.int64)}, zero_work=True)
 
 
-@pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"])
+@pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSumExp"])
 def test_reduce_int(op_type):
     x = RNG.integers(-4, 5, (3, 4, 2)).astype(np.int32)
     check_op(op_type, [x], {"keepdims": 0}, config={"axes": np.array([1], np.int64)})

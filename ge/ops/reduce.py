@@ -103,7 +103,7 @@ def _log_sum(x, axes, kd):
 
 
 def _log_sum_exp(x, axes, kd):
-    a = _acc(x)
+    a = _acc(x) if x.dtype.kind == "f" else x.astype(np.float64)    # an integer max has no -inf start
     m = np.max(a, axis=axes, keepdims=True, initial=-np.inf)   # an empty set's sum is 0: log gives -inf
     m = np.where(np.isfinite(m), m, 0)           # all -inf rows give -inf, not NaN
     with np.errstate(divide="ignore", over="ignore"):

@@ -21,7 +21,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from ge.errors import InvalidNode
-from ge.ops.common import axis_attr, check_one_value, normalize_axis
+from ge.ops.common import axis_attr, check_one_value
+from ge.ops.tensor import normalize_axis      # an out-of-range axis is the model's mistake (E16004)
 from ge.ops.reduce import flag
 from ge.ops.registry import TensorType
 from ge.symbolic import Dim, SymbolicDimError, bounds, dim_max, floordiv, upper_bound
