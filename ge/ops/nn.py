@@ -432,7 +432,7 @@ def conv_prepare(inputs, attrs) -> None:
     ct, group = _compute_dtype(x.dtype), int(attrs.get("group", 1))
     wino = winograd.applies(ct, w.shape, group, win.strides, win.dilations, win.out)
     packed = None
-    if ct == np.float32 and w.ndim == 4 and group == 1 and native.packing():
+    if _takes_native(ct, shape, w.shape, group) and native.packing():
         packed = native.packed_weights(w, winograd.tiling_for(win.out) if wino else None)  # what the GEMMs read
     if wino and packed is None:     # OpenBLAS's GEMMs (or numpy's) read U
         winograd.transformed_weights(w, winograd.tiling_for(win.out))
