@@ -316,18 +316,25 @@ def test_resnet50_small_matches_onnxruntime_on_both_paths(path):
     _on_path(path, "test_resnet50_small_every_conv_fused")
 
 
+def _random_pool(rng, i: int, kernels, strides) -> tuple:
+    """(MaxPool attributes without Indices -- kernel and strides drawn from the given ranges,
+    dilations 1-2, pads below the kernel, ceil_mode on every other case -- and the window's
+    dilated span per axis)."""
+    kh, kw = (int(v) for v in rng.integers(*kernels, 2))
+    attrs = {"kernel_shape": [kh, kw], "strides": [int(v) for v in rng.integers(*strides, 2)],
+             "dilations": [int(v) for v in rng.integers(1, 3, 2)], "ceil_mode": int(i % 2),
+             "pads": [int(rng.integers(0, kh)), int(rng.integers(0, kw)), int(rng.integers(0, kh)),
+                      int(rng.integers(0, kw))], "_outputs": 1}
+    return attrs, [(k - 1) * d + 1 for k, d in zip(attrs["kernel_shape"], attrs["dilations"])]
+
+
 @needs_native
 def test_max_pool_c_equals_numpy_with_nans_pads_and_ceil_mode():
     """Window geometry at random (kernel 1-4, strides 1-3, dilations 1-2, pads < kernel,
     ceil_mode) on data with NaNs and -inf: the same bits on both paths."""
     rng = np.random.default_rng(141)
     for i in range(60):
-        kh, kw = (int(v) for v in rng.integers(1, 5, 2))
-        attrs = {"kernel_shape": [kh, kw], "strides": [int(v) for v in rng.integers(1, 4, 2)],
-                 "dilations": [int(v) for v in rng.integers(1, 3, 2)], "ceil_mode": int(i % 2),
-                 "pads": [int(rng.integers(0, kh)), int(rng.integers(0, kw)), int(rng.integers(0, kh)),
-                          int(rng.integers(0, kw))], "_outputs": 1}
-        span = [(k - 1) * d + 1 for k, d in zip(attrs["kernel_shape"], attrs["dilations"])]
+        attrs, span = _random_pool(rng, i, kernels=(1, 5), strides=(1, 4))
         x = rand(int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(span[0], 16)),
                  int(rng.integers(span[1], 16)))
         x[rng.random(x.shape) < 0.1] = np.nan
@@ -342,12 +349,7 @@ def test_max_pool_windows_wider_than_x_equal_numpy():
     each window is padding, the first tap often outside, NaNs inside -- the same bits."""
     rng = np.random.default_rng(142)
     for i in range(60):
-        kh, kw = (int(v) for v in rng.integers(3, 12, 2))
-        attrs = {"kernel_shape": [kh, kw], "strides": [int(v) for v in rng.integers(1, 3, 2)],
-                 "dilations": [int(v) for v in rng.integers(1, 3, 2)], "ceil_mode": int(i % 2),
-                 "pads": [int(rng.integers(0, kh)), int(rng.integers(0, kw)), int(rng.integers(0, kh)),
-                          int(rng.integers(0, kw))], "_outputs": 1}
-        span = [(k - 1) * d + 1 for k, d in zip(attrs["kernel_shape"], attrs["dilations"])]
+        attrs, span = _random_pool(rng, i, kernels=(3, 12), strides=(1, 3))
         h = int(rng.integers(max(1, span[0] - attrs["pads"][0] - attrs["pads"][2]), span[0] + 2))
         w = int(rng.integers(max(1, span[1] - attrs["pads"][1] - attrs["pads"][3]), span[1] + 2))
         x = rand(1, 2, h, w)
